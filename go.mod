@@ -1,0 +1,3 @@
+module github.com/throttlekit/throttlekit
+
+go 1.24

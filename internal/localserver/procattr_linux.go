@@ -1,0 +1,14 @@
+//go:build linux
+
+package localserver
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// setProcAttr makes the kernel kill the child when the parent goes away, so
+// servers never outlive the test binary.
+func setProcAttr(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}

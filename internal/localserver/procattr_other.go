@@ -1,0 +1,9 @@
+//go:build !linux
+
+package localserver
+
+import "os/exec"
+
+// setProcAttr is a no-op outside Linux: there is no portable parent-death
+// signal, so callers must Close the servers they start.
+func setProcAttr(cmd *exec.Cmd) {}

@@ -1,0 +1,89 @@
+package localserver
+
+import (
+	"errors"
+	"os"
+	"testing"
+)
+
+// RequireServers reports whether missing server binaries must fail tests
+// instead of skipping them: true when the environment variable CI is
+// non-empty or THROTTLEKIT_REQUIRE_SERVERS is "1".
+func RequireServers() bool {
+	return os.Getenv("CI") != "" || os.Getenv("THROTTLEKIT_REQUIRE_SERVERS") == "1"
+}
+
+// failStart reports a start error to tb: a missing binary skips the test
+// unless [RequireServers]; anything else fails it.
+func failStart(tb testing.TB, what string, err error) {
+	tb.Helper()
+	if errors.Is(err, ErrBinaryNotFound) && !RequireServers() {
+		tb.Skipf("skipping: %s: %v (set CI or THROTTLEKIT_REQUIRE_SERVERS=1 to fail instead)", what, err)
+		return
+	}
+	tb.Fatalf("%s: %v", what, err)
+}
+
+// RedisT starts a standalone Redis for a test (see [StartRedis]) and closes
+// it when the test ends. A missing redis-server skips the test, or fails it
+// when [RequireServers] is true; other errors fail it.
+func RedisT(tb testing.TB, opts RedisOptions) *Redis {
+	tb.Helper()
+	r, err := StartRedis(opts)
+	if err != nil {
+		failStart(tb, "starting redis-server", err)
+		return nil
+	}
+	tb.Cleanup(func() { closeT(tb, r.Close) })
+	return r
+}
+
+// RedisReplicaT starts a replica of primary for a test (see
+// [StartRedisReplica]) and closes it when the test ends. Errors are handled
+// as in [RedisT].
+func RedisReplicaT(tb testing.TB, primary *Redis, opts RedisOptions) *Redis {
+	tb.Helper()
+	r, err := StartRedisReplica(primary, opts)
+	if err != nil {
+		failStart(tb, "starting redis-server replica", err)
+		return nil
+	}
+	tb.Cleanup(func() { closeT(tb, r.Close) })
+	return r
+}
+
+// RedisClusterT starts a Redis Cluster for a test (see [StartRedisCluster])
+// and closes it when the test ends. A missing redis-server or redis-cli
+// skips the test, or fails it when [RequireServers] is true; other errors
+// fail it.
+func RedisClusterT(tb testing.TB, primaries, replicasPerPrimary int) *RedisCluster {
+	tb.Helper()
+	c, err := StartRedisCluster(primaries, replicasPerPrimary)
+	if err != nil {
+		failStart(tb, "starting redis cluster", err)
+		return nil
+	}
+	tb.Cleanup(func() { closeT(tb, c.Close) })
+	return c
+}
+
+// MemcachedT starts a memcached for a test (see [StartMemcached]) and closes
+// it when the test ends. Errors are handled as in [RedisT].
+func MemcachedT(tb testing.TB, opts MemcachedOptions) *Memcached {
+	tb.Helper()
+	m, err := StartMemcached(opts)
+	if err != nil {
+		failStart(tb, "starting memcached", err)
+		return nil
+	}
+	tb.Cleanup(func() { closeT(tb, m.Close) })
+	return m
+}
+
+// closeT runs a Close function from a test cleanup and reports its error.
+func closeT(tb testing.TB, closeFn func() error) {
+	tb.Helper()
+	if err := closeFn(); err != nil {
+		tb.Errorf("localserver cleanup: %v", err)
+	}
+}

@@ -1,0 +1,85 @@
+package throttler
+
+import (
+	"context"
+	"time"
+)
+
+// Request is one decision for one identifier, as a Backend receives it. The
+// Throttler has validated every field before a backend sees it: Policy is
+// non-nil and valid, Identifier is 1 to MaxIdentifierLen bytes, Cost is 0 to
+// the policy's smallest capacity.
+type Request struct {
+	// Policy holds the limits to decide, all together.
+	Policy *Policy
+	// Identifier is what is being limited: arbitrary bytes.
+	Identifier string
+	// Cost is the number of units to consume (Decide) or give back
+	// (Refund). Zero is a peek.
+	Cost int64
+	// Now is the throttler clock's reading. Backends decide with it and
+	// never with a clock of their own.
+	Now time.Time
+}
+
+// Outcome is a backend's answer: its verdict and the limit states after the
+// decision, one per limit of the request's policy, in order. The Throttler
+// computes every figure of the Result from these states with Evaluate.
+type Outcome struct {
+	Allowed bool
+	States  []State
+}
+
+// Backend stores limit state and decides requests. It is the one interface a
+// store must implement; the optional interfaces below add capabilities.
+//
+// Implementations must be safe for concurrent use by any number of
+// goroutines, processes and hosts deciding for the same identifier.
+type Backend interface {
+	// Decide applies req to the identifier's policy atomically, exactly as
+	// the package function Decide would on the stored states: allowed only
+	// if every limit allows; then every limit consumes req.Cost; denied:
+	// nothing changes. Cost 0 changes nothing and opens no window. It
+	// returns the verdict and the states after the decision. A failure of
+	// the store is returned as an error, never as a verdict. Decide must
+	// return promptly once ctx is done.
+	Decide(ctx context.Context, req Request) (Outcome, error)
+}
+
+// Peeker is implemented by backends that can answer a peek more cheaply than
+// Decide with cost 0, for instance from a replica. Peek must never change
+// state. A replica may lag: Peek returns the states it read, and the
+// throttler's Evaluate ignores any window that is closed at req.Now.
+//
+// Fallback: without Peeker, the throttler calls Decide with Cost 0.
+type Peeker interface {
+	Peek(ctx context.Context, req Request) (Outcome, error)
+}
+
+// Refunder is implemented by backends that can give units back. Refund gives
+// back up to req.Cost units of the current windows, exactly as the package
+// function Refund would, atomically for all limits, and returns the states
+// after it with Allowed set to true.
+//
+// Fallback: without Refunder, Throttler.Refund returns ErrUnsupported, and
+// Throttler.AllowAll peeks every subject before consuming any, so that a
+// denial is usually known before anything is spent (a race can still spend
+// units on earlier subjects).
+type Refunder interface {
+	Refund(ctx context.Context, req Request) (Outcome, error)
+}
+
+// Resetter is implemented by backends that can forget an identifier's state
+// for a policy (an administrator's operation).
+//
+// Fallback: without Resetter, Throttler.Reset returns ErrUnsupported.
+type Resetter interface {
+	Reset(ctx context.Context, p *Policy, identifier string) error
+}
+
+// Pinger is implemented by backends that can check their store is reachable.
+//
+// Fallback: without Pinger, Throttler.Ping reports nil.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
