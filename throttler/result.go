@@ -76,13 +76,13 @@ func Evaluate(p *Policy, now time.Time, cost int64, allowed bool, states []State
 		if i < len(states) {
 			s = states[i]
 		}
-		r.Limits[i] = evaluateLimit(&p.limits[i], s, nowMs, nowUs, cost, allowed)
+		r.Limits[i] = evaluateLimit(&p.limits[i], s, nowMs, nowUs, cost, allowed, now.Location())
 	}
 	r.setBinding(pickBinding(r.Limits, allowed))
 	return r
 }
 
-func evaluateLimit(l *Limit, s State, nowMs, nowUs, cost int64, allowed bool) LimitResult {
+func evaluateLimit(l *Limit, s State, nowMs, nowUs, cost int64, allowed bool, loc *time.Location) LimitResult {
 	lr := LimitResult{Name: l.Name, Algorithm: l.Algorithm, Window: l.Window, Limit: l.capacity()}
 	lr.Allowed = allowed || limitAllows(l, s, nowMs, nowUs, cost)
 	if l.Algorithm == GCRA {
@@ -93,7 +93,7 @@ func evaluateLimit(l *Limit, s State, nowMs, nowUs, cost int64, allowed bool) Li
 		// truncates towards zero, which the clamp below makes right.
 		lr.Remaining = min(max((nowUs-(tat-b*t))/t, 0), b)
 		lr.Used = b - lr.Remaining
-		lr.ResetAt = time.UnixMicro(tat)
+		lr.ResetAt = time.UnixMicro(tat).In(loc)
 		if !lr.Allowed {
 			if cost > b {
 				lr.RetryAfter = Never
@@ -109,7 +109,7 @@ func evaluateLimit(l *Limit, s State, nowMs, nowUs, cost int64, allowed bool) Li
 	}
 	lr.Used = used
 	lr.Remaining = l.Max - used
-	lr.ResetAt = time.UnixMilli(end)
+	lr.ResetAt = time.UnixMilli(end).In(loc)
 	if !lr.Allowed {
 		if cost > l.Max {
 			lr.RetryAfter = Never

@@ -1,0 +1,31 @@
+// Package memory is throttlekit's in-process backend: the reference
+// implementation that every other backend is compared with, and the embedded
+// default for a single process.
+//
+// # Guarantees
+//
+// Every decision calls throttler.Decide (and every refund throttler.Refund)
+// on the identifier's states under one lock, so the backend is exact under
+// any concurrency: with cost 1, exactly Max requests are allowed per fixed
+// window, and GCRA never allows more than its formula. Identifiers are
+// spread over 64 locks by a seeded hash, so unrelated identifiers rarely
+// contend.
+//
+// # Memory
+//
+// State is held per (policy name, identifier) pair. A pair whose every
+// window has closed (and every GCRA bucket refilled) is swept one second
+// later, measured in request time: the backend has no clock and no
+// goroutine of its own. Sweeps run as inserts accumulate, in amortised
+// constant time per insert.
+//
+// WithMaxIdentifiers bounds the number of pairs. At the bound, a request
+// that needs a new pair first sweeps every shard (at most once per second of
+// request time); if nothing was closed, it fails with ErrFull, and the
+// throttler applies the policy's failure mode (fail open by default) and
+// reports the error. Pairs already held are never evicted: a flood of new
+// identifiers degrades only the newcomers and never resets an existing
+// count, which is the failure an evicting cache would have.
+//
+// Peeks, denials and refunds of absent state store nothing.
+package memory
