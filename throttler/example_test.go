@@ -1,0 +1,115 @@
+package throttler_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/throttlekit/throttlekit/backend/memory"
+	"github.com/throttlekit/throttlekit/throttler"
+)
+
+func ExampleParsePolicy() {
+	p, err := throttler.ParsePolicy("search", "10/s, 30/min aligned, 5000/h gcra burst=100")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, l := range p.Limits() {
+		fmt.Printf("%-22s max=%d window=%v algorithm=%v\n", l.Name, l.Max, l.Window, l.Algorithm)
+	}
+	_, err = throttler.ParsePolicy("search", "10/fortnight")
+	fmt.Println(errors.Is(err, throttler.ErrInvalidLimit))
+	// Output:
+	// 10/s                   max=10 window=1s algorithm=fixed
+	// 30/min aligned         max=30 window=1m0s algorithm=aligned
+	// 5000/h gcra burst=100  max=5000 window=1h0m0s algorithm=gcra
+	// true
+}
+
+func ExampleThrottler_AllowN() {
+	ctx := context.Background()
+	clock := throttler.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
+	th := throttler.New(memory.New(), throttler.WithClock(clock))
+	p, _ := throttler.ParsePolicy("upload", "10/min")
+
+	r, _ := th.AllowN(ctx, p, "user:42", 7)
+	fmt.Println(r.Allowed, r.Remaining, r.ResetAt.Format(time.TimeOnly))
+	clock.Advance(20 * time.Second)
+	r, _ = th.AllowN(ctx, p, "user:42", 4) // 7 + 4 > 10: denied, nothing consumed
+	fmt.Println(r.Allowed, r.Remaining, r.RetryAfter)
+	r, _ = th.AllowN(ctx, p, "user:42", 3)
+	fmt.Println(r.Allowed, r.Remaining, r.ResetAt.Format(time.TimeOnly))
+
+	// A cost no window can hold is told apart from an ordinary denial.
+	r, err := th.AllowN(ctx, p, "user:42", 11)
+	fmt.Println(r.Allowed, r.NeverAllowed, r.RetryAfter == throttler.Never, errors.Is(err, throttler.ErrCostExceedsLimit))
+	// Output:
+	// true 3 03:05:00
+	// false 3 40s
+	// true 0 03:05:00
+	// false true true true
+}
+
+func ExampleThrottler_Refund() {
+	ctx := context.Background()
+	clock := throttler.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
+	th := throttler.New(memory.New(), throttler.WithClock(clock))
+	p, _ := throttler.ParsePolicy("api", "5000/h")
+
+	// Charge when the request starts...
+	r, _ := th.Allow(ctx, p, "user:42")
+	fmt.Println("charged, remaining", r.Remaining)
+	// ...and give the unit back when the answer is 304 Not Modified.
+	r, _ = th.Refund(ctx, p, "user:42", 1)
+	fmt.Println("refunded, remaining", r.Remaining)
+	// Output:
+	// charged, remaining 4999
+	// refunded, remaining 5000
+}
+
+func ExampleLimit_WithBurst() {
+	ctx := context.Background()
+	clock := throttler.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
+	th := throttler.New(memory.New(), throttler.WithClock(clock))
+	// A smooth 1 per second with bursts of up to 3.
+	p, _ := throttler.NewPolicy("gcra", []throttler.Limit{throttler.PerSecond(1).WithBurst(3)})
+	for i := 0; i < 4; i++ {
+		r, _ := th.Allow(ctx, p, "device:7")
+		fmt.Println(r.Allowed, r.Remaining, r.RetryAfter)
+	}
+	clock.Advance(time.Second)
+	r, _ := th.Allow(ctx, p, "device:7")
+	fmt.Println(r.Allowed, r.Remaining, r.ResetAt.Sub(clock.Now()))
+	// Output:
+	// true 2 0s
+	// true 1 0s
+	// true 0 0s
+	// false 0 1s
+	// true 0 3s
+}
+
+func ExampleWithFailureMode() {
+	ctx := context.Background()
+	down := backendFunc(func(context.Context, throttler.Request) (throttler.Outcome, error) {
+		return throttler.Outcome{}, errors.New("connection refused")
+	})
+	th := throttler.New(down, throttler.WithObserver(throttler.NopObserver{}))
+	open, _ := throttler.ParsePolicy("reads", "100/min")
+	closed, _ := throttler.ParsePolicy("logins", "5/min", throttler.WithFailureMode(throttler.FailClosed))
+
+	r, _ := th.Allow(ctx, open, "user:42")
+	fmt.Println("reads:", r.Allowed, r.Degraded, errors.Is(r.Err, throttler.ErrBackend))
+	r, _ = th.Allow(ctx, closed, "user:42")
+	fmt.Println("logins:", r.Allowed, r.Degraded, r.RetryAfter)
+	// Output:
+	// reads: true true true
+	// logins: false true 1s
+}
+
+type backendFunc func(context.Context, throttler.Request) (throttler.Outcome, error)
+
+func (f backendFunc) Decide(ctx context.Context, r throttler.Request) (throttler.Outcome, error) {
+	return f(ctx, r)
+}

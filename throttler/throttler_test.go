@@ -1,0 +1,251 @@
+package throttler_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/throttlekit/throttlekit/backend/memory"
+	"github.com/throttlekit/throttlekit/throttler"
+)
+
+var t0 = time.Date(2030, 1, 2, 3, 4, 5, 678_000_000, time.UTC)
+
+// failing is a backend that injects a fault no real store produces on
+// demand: every call fails, or hangs until its context is done.
+type failing struct{ hang bool }
+
+var errDown = errors.New("store is down")
+
+func (f failing) Decide(ctx context.Context, _ throttler.Request) (throttler.Outcome, error) {
+	if f.hang {
+		<-ctx.Done()
+		return throttler.Outcome{}, ctx.Err()
+	}
+	return throttler.Outcome{}, errDown
+}
+
+// recorder collects observer events.
+type recorder struct {
+	mu     sync.Mutex
+	events []throttler.Event
+}
+
+func (r *recorder) Observe(e throttler.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+func policy(t *testing.T, spec string, opts ...throttler.PolicyOption) *throttler.Policy {
+	t.Helper()
+	p, err := throttler.ParsePolicy("api", spec, opts...)
+	require.NoError(t, err)
+	return p
+}
+
+func TestFailureModes(t *testing.T) {
+	ctx := context.Background()
+	for _, mode := range []throttler.FailureMode{throttler.FailOpen, throttler.FailClosed} {
+		t.Run(mode.String(), func(t *testing.T) {
+			rec := &recorder{}
+			th := throttler.New(failing{}, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithObserver(rec))
+			p := policy(t, "10/min, 100/h", throttler.WithFailureMode(mode))
+			r, err := th.AllowN(ctx, p, "u", 2)
+			require.NoError(t, err, "a backend failure is not returned as an error")
+			assert.True(t, r.Degraded)
+			assert.ErrorIs(t, r.Err, throttler.ErrBackend)
+			assert.ErrorIs(t, r.Err, errDown)
+			assert.Equal(t, mode == throttler.FailOpen, r.Allowed)
+			assert.Equal(t, r.Limit-r.Used, r.Remaining)
+			if mode == throttler.FailClosed {
+				assert.Zero(t, r.Remaining, "a denial never claims remaining quota")
+				assert.Equal(t, throttler.DefaultDegradedRetryAfter, r.RetryAfter)
+			} else {
+				assert.Equal(t, int64(8), r.Remaining, "fail open reports a fresh window after this request")
+				assert.Zero(t, r.RetryAfter)
+			}
+			require.Len(t, rec.events, 1)
+			assert.ErrorIs(t, rec.events[0].Err, errDown, "the observer hears of the failure")
+			assert.Equal(t, throttler.OpAllow, rec.events[0].Op)
+		})
+	}
+}
+
+func TestHungBackendCostsAtMostTheTimeout(t *testing.T) {
+	th := throttler.New(failing{hang: true}, throttler.WithTimeout(20*time.Millisecond), throttler.WithObserver(throttler.NopObserver{}))
+	r, err := th.Allow(context.Background(), policy(t, "1/s"), "u")
+	require.NoError(t, err)
+	assert.True(t, r.Degraded)
+	assert.True(t, r.Allowed)
+	assert.ErrorIs(t, r.Err, context.DeadlineExceeded)
+
+	// A policy's own timeout wins over the throttler's.
+	p := policy(t, "1/s", throttler.WithCallTimeout(time.Millisecond), throttler.WithFailureMode(throttler.FailClosed))
+	th = throttler.New(failing{hang: true}, throttler.WithTimeout(time.Hour), throttler.WithObserver(throttler.NopObserver{}))
+	r, err = th.Allow(context.Background(), p, "u")
+	require.NoError(t, err)
+	assert.True(t, r.Degraded)
+	assert.False(t, r.Allowed)
+}
+
+func TestCallerCancellationIsReturned(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	th := throttler.New(failing{hang: true}, throttler.WithObserver(throttler.NopObserver{}))
+	_, err := th.Allow(ctx, policy(t, "1/s"), "u")
+	assert.ErrorIs(t, err, context.Canceled)
+}
+
+// shortReply answers with the wrong number of states.
+type shortReply struct{}
+
+func (shortReply) Decide(context.Context, throttler.Request) (throttler.Outcome, error) {
+	return throttler.Outcome{Allowed: true, States: []throttler.State{{}}}, nil
+}
+
+func TestMalformedReplyIsABackendFailure(t *testing.T) {
+	th := throttler.New(shortReply{}, throttler.WithObserver(throttler.NopObserver{}))
+	r, err := th.Allow(context.Background(), policy(t, "1/s, 2/min"), "u")
+	require.NoError(t, err)
+	assert.True(t, r.Degraded)
+	assert.ErrorIs(t, r.Err, throttler.ErrBadReply)
+	assert.ErrorIs(t, r.Err, throttler.ErrBackend)
+}
+
+func TestInvalidInput(t *testing.T) {
+	ctx := context.Background()
+	th := throttler.New(memory.New())
+	p := policy(t, "1/s")
+	_, err := th.Allow(ctx, nil, "u")
+	assert.ErrorIs(t, err, throttler.ErrInvalidPolicy)
+	_, err = th.Allow(ctx, &throttler.Policy{}, "u")
+	assert.ErrorIs(t, err, throttler.ErrInvalidPolicy)
+	_, err = th.Allow(ctx, p, "")
+	assert.ErrorIs(t, err, throttler.ErrInvalidIdentifier)
+	_, err = th.AllowN(ctx, p, "u", -1)
+	assert.ErrorIs(t, err, throttler.ErrInvalidCost)
+	_, err = th.Refund(ctx, p, "u", -1)
+	assert.ErrorIs(t, err, throttler.ErrInvalidCost)
+	_, err = th.AllowAll(ctx, 1)
+	assert.ErrorIs(t, err, throttler.ErrInvalidPolicy)
+	_, err = th.AllowAll(ctx, 1, throttler.Subject{Policy: p, Identifier: ""})
+	assert.ErrorIs(t, err, throttler.ErrInvalidIdentifier)
+	_, err = throttler.New(nil).Allow(ctx, p, "u")
+	assert.ErrorIs(t, err, throttler.ErrNoBackend)
+	assert.ErrorIs(t, throttler.New(nil).Ping(ctx), throttler.ErrNoBackend)
+}
+
+func TestUnsupportedCapabilities(t *testing.T) {
+	ctx := context.Background()
+	th := throttler.New(shortReply{})
+	_, err := th.Refund(ctx, policy(t, "1/s"), "u", 1)
+	assert.ErrorIs(t, err, throttler.ErrUnsupported)
+	assert.ErrorIs(t, th.Reset(ctx, policy(t, "1/s"), "u"), throttler.ErrUnsupported)
+	assert.NoError(t, th.Ping(ctx), "no Pinger: taken to be reachable")
+}
+
+func TestNeverAllowed(t *testing.T) {
+	ctx := context.Background()
+	clock := throttler.NewManualClock(t0)
+	th := throttler.New(memory.New(), throttler.WithClock(clock))
+	p := policy(t, "10/min, 5/s gcra")
+	_, err := th.AllowN(ctx, p, "u", 2)
+	require.NoError(t, err)
+	r, err := th.AllowN(ctx, p, "u", 6)
+	require.ErrorIs(t, err, throttler.ErrCostExceedsLimit)
+	assert.False(t, r.Allowed)
+	assert.True(t, r.NeverAllowed)
+	assert.Equal(t, throttler.Never, r.RetryAfter)
+	assert.Equal(t, "5/s gcra", r.Binding, "the limit that can never hold it binds")
+	assert.Equal(t, int64(8), r.Limits[0].Remaining, "figures are the real, unchanged state")
+	peek, err := th.Peek(ctx, p, "u")
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), peek.Limits[0].Used, "nothing was consumed")
+}
+
+// noRefund hides the memory backend's Refunder, to exercise AllowAll's
+// peek-first fallback.
+type noRefund struct{ b throttler.Backend }
+
+func (n noRefund) Decide(ctx context.Context, r throttler.Request) (throttler.Outcome, error) {
+	return n.b.Decide(ctx, r)
+}
+
+func TestAllowAll(t *testing.T) {
+	ctx := context.Background()
+	for name, backend := range map[string]func() throttler.Backend{
+		"refunder":   func() throttler.Backend { return memory.New() },
+		"peek-first": func() throttler.Backend { return noRefund{memory.New()} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			clock := throttler.NewManualClock(t0)
+			th := throttler.New(backend(), throttler.WithClock(clock))
+			ipPolicy, err := throttler.ParsePolicy("ip", "3/min")
+			require.NoError(t, err)
+			userPolicy, err := throttler.ParsePolicy("user", "2/min")
+			require.NoError(t, err)
+			ip := throttler.Subject{Policy: ipPolicy, Identifier: "203.0.113.9"}
+			user := throttler.Subject{Policy: userPolicy, Identifier: "user:42"}
+
+			r, err := th.AllowAll(ctx, 1, ip, user)
+			require.NoError(t, err)
+			assert.True(t, r.Allowed)
+			assert.Equal(t, "user", r.Policy, "the subject with the least remaining binds")
+			assert.Len(t, r.Subjects, 2)
+			_, err = th.AllowAll(ctx, 1, ip, user)
+			require.NoError(t, err)
+
+			r, err = th.AllowAll(ctx, 1, ip, user)
+			require.NoError(t, err)
+			assert.False(t, r.Allowed)
+			assert.Equal(t, "user", r.Policy)
+			assert.Zero(t, r.Remaining)
+			assert.Equal(t, time.Duration(time.Minute), r.RetryAfter)
+
+			peek, err := th.Peek(ctx, ipPolicy, ip.Identifier)
+			require.NoError(t, err)
+			assert.Equal(t, int64(2), peek.Used, "the denied request was given back on the IP")
+		})
+	}
+}
+
+func TestRefundAndReset(t *testing.T) {
+	ctx := context.Background()
+	clock := throttler.NewManualClock(t0)
+	th := throttler.New(memory.New(), throttler.WithClock(clock))
+	p := policy(t, "5/min, 10/s gcra")
+	_, err := th.AllowN(ctx, p, "u", 4)
+	require.NoError(t, err)
+	r, err := th.Refund(ctx, p, "u", 3)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), r.Limits[0].Used)
+	assert.Equal(t, int64(1), r.Limits[1].Used)
+	r, err = th.Refund(ctx, p, "u", 100)
+	require.NoError(t, err)
+	assert.Zero(t, r.Limits[0].Used, "not below zero")
+	assert.Zero(t, r.Limits[1].Used, "not below now")
+	assert.Equal(t, t0.Truncate(time.Millisecond).Add(time.Minute), r.Limits[0].ResetAt, "the window stays")
+
+	_, err = th.AllowN(ctx, p, "u", 5)
+	require.NoError(t, err)
+	require.NoError(t, th.Reset(ctx, p, "u"))
+	r, err = th.Peek(ctx, p, "u")
+	require.NoError(t, err)
+	assert.Equal(t, int64(5), r.Remaining)
+	assert.Equal(t, clock.Now().Truncate(time.Millisecond).Add(time.Minute), r.Limits[0].ResetAt, "would open now")
+}
+
+func TestResultTimesKeepTheClockLocation(t *testing.T) {
+	loc := time.FixedZone("X", 3600)
+	th := throttler.New(memory.New(), throttler.WithClock(throttler.NewManualClock(t0.In(loc))))
+	r, err := th.Allow(context.Background(), policy(t, "1/s, 1/s gcra"), "u")
+	require.NoError(t, err)
+	assert.Equal(t, loc, r.Limits[0].ResetAt.Location())
+	assert.Equal(t, loc, r.Limits[1].ResetAt.Location())
+}
