@@ -129,7 +129,7 @@ func TestLimitKeysNeverCollide(t *testing.T) {
 	p, err := throttler.NewPolicy("p", []throttler.Limit{
 		throttler.PerSecond(1).Named("a:b"),
 		throttler.PerSecond(1).Named("a").Using(throttler.AlignedWindow),
-		throttler.PerMinute(1).Named("a"+":fixed"),
+		throttler.PerMinute(1).Named("a" + ":fixed"),
 		throttler.PerSecond(1).Named("x").WithBurst(2),
 		throttler.PerSecond(1).Named("y").WithBurst(3),
 	})
