@@ -19,8 +19,9 @@
 // `redis-cli --cluster create`), and [StartMemcached] starts a memcached. Each
 // server can be stopped gracefully with Stop and brought back on the same
 // address with Start, which is what recovery tests need; Close stops the
-// server for good and removes the temporary directory it owns. Stop and Close
-// are safe to call more than once and from several goroutines.
+// server for good (memcached is simply killed, as it has nothing to save) and
+// removes the temporary directory it owns. Stop and Close are safe to call
+// more than once and from several goroutines.
 //
 // Redis is started with settings suited to tests: no RDB snapshots or AOF,
 // protected mode off, DEBUG enabled (so tests can run

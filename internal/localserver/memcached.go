@@ -2,6 +2,7 @@ package localserver
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -107,22 +108,21 @@ func newMemcached(path string, opts MemcachedOptions) (*Memcached, error) {
 			addr:         addr,
 			probe:        memcachedProbe,
 			startTimeout: opts.StartTimeout,
+			// memcached acts on SIGTERM only at its next one-second clock
+			// tick, and a cache has nothing to save.
+			killOnClose: true,
 		},
 	}, nil
 }
 
 // memcachedProbe checks that the memcached at addr answers "version" and
 // is the process pid (per "stats").
-func memcachedProbe(addr string, pid int, deadline time.Time) error {
-	d := net.Dialer{Deadline: deadline}
-	c, err := d.Dial("tcp", addr)
+func memcachedProbe(ctx context.Context, addr string, pid int) error {
+	c, err := dialContext(ctx, addr)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	if err := c.SetDeadline(deadline); err != nil {
-		return err
-	}
 	r := bufio.NewReader(c)
 	if _, err := c.Write([]byte("version\r\nstats\r\n")); err != nil {
 		return err
@@ -160,7 +160,9 @@ func (m *Memcached) Addr() string { return m.addr }
 
 // Stop stops the server gracefully (SIGTERM, waiting up to 15 s before
 // SIGKILL), keeping its port reserved so Start can bring it back on the same
-// address. The cache is lost. Stopping a stopped server is a no-op.
+// address. memcached acts on SIGTERM at its next clock tick, so this takes
+// up to about a second. The cache is lost. Stopping a stopped server is a
+// no-op.
 func (m *Memcached) Stop() error { return m.proc.stop() }
 
 // Start restarts a stopped server on the same address and waits until it
@@ -168,8 +170,9 @@ func (m *Memcached) Stop() error { return m.proc.stop() }
 // after Close.
 func (m *Memcached) Start() error { return m.proc.start() }
 
-// Close stops the server, releases its port and removes its directory. It is
-// idempotent: later calls return the first call's result.
+// Close kills the server (SIGKILL: memcached takes up to a second to act on
+// SIGTERM and has nothing to save), releases its port and removes its
+// directory. It is idempotent: later calls return the first call's result.
 func (m *Memcached) Close() error {
 	m.closeOnce.Do(func() {
 		err := m.proc.close()

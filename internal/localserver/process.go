@@ -1,6 +1,7 @@
 package localserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -36,9 +37,9 @@ const (
 var errPortInUse = errors.New("port already in use")
 
 // probeFunc checks whether the server at addr is up and is the process with
-// the given pid. It must give up by deadline. It returns an error wrapping
-// errPortInUse when a different server answers.
-type probeFunc func(addr string, pid int, deadline time.Time) error
+// the given pid. It must give up when ctx is done. It returns an error
+// wrapping errPortInUse when a different server answers.
+type probeFunc func(ctx context.Context, addr string, pid int) error
 
 // process runs one server binary on a fixed address and can stop and restart
 // it. It is safe for concurrent use.
@@ -51,6 +52,9 @@ type process struct {
 	logFiles     []string // tailed into error messages, besides stderrFile
 	probe        probeFunc
 	startTimeout time.Duration
+	// killOnClose makes close use SIGKILL instead of a graceful stop, for
+	// servers with nothing to flush whose graceful stop is slow.
+	killOnClose bool
 
 	mu     sync.Mutex
 	cur    *run // nil when stopped
@@ -132,18 +136,30 @@ func (p *process) waitReady(r *run) error {
 	}
 	deadline := time.Now().Add(timeout)
 	pid := r.cmd.Process.Pid
+	// ctx ends at the deadline or as soon as the process exits, aborting a
+	// probe that is stuck on whatever else answers on the port.
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	go func() {
+		select {
+		case <-r.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	var lastErr error
 	for {
 		if r.exited() {
 			return p.exitError(r)
 		}
-		d := time.Now().Add(time.Second)
-		if d.After(deadline) {
-			d = deadline
-		}
-		err := p.probe(p.addr, pid, d)
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		err := p.probe(pctx, p.addr, pid)
+		pcancel()
 		if err == nil {
 			return nil
+		}
+		if r.exited() {
+			return p.exitError(r)
 		}
 		if errors.Is(err, errPortInUse) {
 			return fmt.Errorf("localserver: %s on %s: %w", p.name, p.addr, err)
@@ -206,11 +222,18 @@ func (p *process) stopLocked() error {
 	}
 }
 
-// close stops the process for good; later starts fail with ErrClosed.
+// close stops the process for good; later starts fail with ErrClosed. Unlike
+// stop, it does not report a process that had already died on its own (a test
+// may have crashed or shut down the server on purpose).
 func (p *process) close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
+	if p.cur != nil && (p.cur.exited() || p.killOnClose) {
+		kill(p.cur)
+		p.cur = nil
+		return nil
+	}
 	return p.stopLocked()
 }
 

@@ -1,6 +1,7 @@
 package localserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -151,8 +152,8 @@ func newRedis(path string, opts RedisOptions, extra []string, bus bool) (*Redis,
 
 // redisProbe checks that the Redis at addr answers PING with PONG and is
 // the process pid.
-func redisProbe(addr string, pid int, deadline time.Time) error {
-	c, err := dialRESP(addr, deadline)
+func redisProbe(ctx context.Context, addr string, pid int) error {
+	c, err := dialContextRESP(ctx, addr)
 	if err != nil {
 		return err
 	}

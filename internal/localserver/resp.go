@@ -2,6 +2,7 @@ package localserver
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -41,6 +42,45 @@ func dialRESP(addr string, deadline time.Time) (*respConn, error) {
 		return nil, err
 	}
 	return &respConn{conn: c, r: bufio.NewReader(c)}, nil
+}
+
+// dialContextRESP connects to addr; I/O fails once ctx is done.
+func dialContextRESP(ctx context.Context, addr string) (*respConn, error) {
+	c, err := dialContext(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &respConn{conn: c, r: bufio.NewReader(c)}, nil
+}
+
+// dialContext dials addr over TCP. I/O on the connection fails once ctx is
+// done: at its deadline, or as soon as it is canceled.
+func dialContext(ctx context.Context, addr string) (*connCtx, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		if err := c.SetDeadline(dl); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	return &connCtx{Conn: c, stop: stop}, nil
+}
+
+// connCtx is a net.Conn tied to a context by dialContext.
+type connCtx struct {
+	net.Conn
+	stop func() bool
+}
+
+// Close closes the connection and detaches it from its context.
+func (c *connCtx) Close() error {
+	c.stop()
+	return c.Conn.Close()
 }
 
 func (c *respConn) Close() error { return c.conn.Close() }
