@@ -1,0 +1,292 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/throttlekit/throttlekit/throttler"
+)
+
+// ErrConfig reports a Limiter or ClientIP configuration that cannot work.
+var ErrConfig = errors.New("middleware: invalid configuration")
+
+// Subject is one thing a request is limited by, under its own policy: the
+// client IP under an anonymous policy, the user under an authenticated one.
+type Subject struct {
+	// Policy holds the limits. Every subject of a Limiter needs a policy of
+	// its own name: stored state is keyed by policy name and identifier,
+	// and an IP address must never share a counter with an equal-looking
+	// token.
+	Policy *throttler.Policy
+	// Identify names the request; an empty name skips this subject.
+	Identify IdentifierFunc
+	// Resource names the subject in X-RateLimit-Resource and in the IETF
+	// fields' list members; empty means the policy's name.
+	Resource string
+}
+
+// Limiter is net/http middleware that decides every request with a
+// throttler.Throttler before the wrapped handler sees it. Build it with
+// New; it is safe for concurrent use.
+type Limiter struct {
+	throttler      *throttler.Throttler
+	subjects       []Subject
+	cost           func(*http.Request) int64
+	headers        throttler.HeaderOptions
+	denyStatus     int
+	neverStatus    int
+	degradedStatus int
+	refundStatuses map[int]bool
+	onError        ErrorHandler
+	onDeny         DenyHandler
+}
+
+// Option configures a Limiter.
+type Option func(*Limiter)
+
+// WithCost sets each request's cost; the default is 1. A cost of 0 checks
+// the limits and sets the headers without spending anything.
+func WithCost(cost func(*http.Request) int64) Option { return func(l *Limiter) { l.cost = cost } }
+
+// WithHeaderOptions selects which header families are sent; the default
+// sends them all. Its Resource is ignored: each Subject names its own.
+func WithHeaderOptions(o throttler.HeaderOptions) Option {
+	return func(l *Limiter) { l.headers = o; l.headers.Resource = "" }
+}
+
+// WithDenyStatus sets the status of an ordinary denial; the default is 429
+// Too Many Requests. GitHub answers 403 Forbidden for some limits.
+func WithDenyStatus(code int) Option { return func(l *Limiter) { l.denyStatus = code } }
+
+// WithNeverAllowedStatus sets the status of a request whose cost exceeds a
+// limit's whole quota; the default is 429, told apart from an ordinary
+// denial by its problem type and its lack of Retry-After.
+func WithNeverAllowedStatus(code int) Option { return func(l *Limiter) { l.neverStatus = code } }
+
+// WithDegradedStatus sets the status of a request denied because the
+// limiter's store failed and its policy fails closed; the default is 503
+// Service Unavailable: the client did nothing wrong.
+func WithDegradedStatus(code int) Option { return func(l *Limiter) { l.degradedStatus = code } }
+
+// WithRefundStatuses sets the response statuses whose cost is given back
+// once the handler has finished; the default is 304 Not Modified alone, so
+// that a client revalidating its cache spends nothing (GitHub's rule).
+// Call it with no codes to never refund.
+func WithRefundStatuses(codes ...int) Option {
+	return func(l *Limiter) {
+		l.refundStatuses = make(map[int]bool, len(codes))
+		for _, c := range codes {
+			l.refundStatuses[c] = true
+		}
+	}
+}
+
+// WithErrorHandler sets what answers a request the throttler could not
+// decide; the default is DefaultErrorHandler.
+func WithErrorHandler(h ErrorHandler) Option { return func(l *Limiter) { l.onError = h } }
+
+// WithDenyHandler sets what writes a denied request's response; the default
+// writes the Problem with WriteProblem.
+func WithDenyHandler(h DenyHandler) Option { return func(l *Limiter) { l.onDeny = h } }
+
+// New returns a Limiter deciding requests with t for every subject that
+// applies to them. The error wraps ErrConfig.
+func New(t *throttler.Throttler, subjects []Subject, opts ...Option) (*Limiter, error) {
+	l := &Limiter{
+		throttler:      t,
+		subjects:       append([]Subject(nil), subjects...),
+		cost:           func(*http.Request) int64 { return 1 },
+		denyStatus:     http.StatusTooManyRequests,
+		neverStatus:    http.StatusTooManyRequests,
+		degradedStatus: http.StatusServiceUnavailable,
+		refundStatuses: map[int]bool{http.StatusNotModified: true},
+		onError:        DefaultErrorHandler,
+		onDeny:         writeDenial,
+	}
+	for _, opt := range opts {
+		opt(l)
+	}
+	if t == nil {
+		return nil, fmt.Errorf("%w: nil throttler", ErrConfig)
+	}
+	if len(l.subjects) == 0 {
+		return nil, fmt.Errorf("%w: no subjects", ErrConfig)
+	}
+	policies := make(map[string]bool, len(l.subjects))
+	resources := make(map[string]bool, len(l.subjects))
+	for i, s := range l.subjects {
+		if s.Policy == nil || s.Policy.Len() == 0 {
+			return nil, fmt.Errorf("%w: subject %d has no policy", ErrConfig, i)
+		}
+		if s.Identify == nil {
+			return nil, fmt.Errorf("%w: subject %d has no IdentifierFunc", ErrConfig, i)
+		}
+		if policies[s.Policy.Name()] {
+			return nil, fmt.Errorf("%w: two subjects use policy %q; give each its own", ErrConfig, s.Policy.Name())
+		}
+		policies[s.Policy.Name()] = true
+		if s.Resource == "" {
+			l.subjects[i].Resource = s.Policy.Name()
+		}
+		if r := l.subjects[i].Resource; resources[r] {
+			return nil, fmt.Errorf("%w: two subjects are named %q in headers", ErrConfig, r)
+		}
+		resources[l.subjects[i].Resource] = true
+	}
+	for _, code := range []int{l.denyStatus, l.neverStatus, l.degradedStatus} {
+		if code < 200 || code > 999 {
+			return nil, fmt.Errorf("%w: status %d is not a final HTTP status", ErrConfig, code)
+		}
+	}
+	if l.cost == nil || l.onError == nil || l.onDeny == nil {
+		return nil, fmt.Errorf("%w: nil cost function or handler", ErrConfig)
+	}
+	return l, nil
+}
+
+// Handler returns next wrapped by the limiter.
+//
+// For each request, every subject whose IdentifierFunc names something is
+// decided: one subject with Throttler.AllowN, several with
+// Throttler.AllowAll (allowed only if all allow; a denial gives back what
+// the others spent). A request no subject applies to is served as it is.
+// The rate-limit headers are set before next runs. A denied request is
+// answered by the DenyHandler and next never runs. An allowed one is
+// served with the Result in its context (see ResultFromContext), and when
+// next has returned with a refund status, its cost is given back to every
+// subject that spent it.
+func (l *Limiter) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l.serve(w, r, next)
+	})
+}
+
+type resultKey struct{}
+
+// ResultFromContext returns the decision that let the request in, when the
+// request was served by a Limiter that applied to it.
+func ResultFromContext(ctx context.Context) (throttler.Result, bool) {
+	res, ok := ctx.Value(resultKey{}).(throttler.Result)
+	return res, ok
+}
+
+func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	var applied []Subject
+	var decided []throttler.Subject
+	for _, s := range l.subjects {
+		if id := s.Identify(r); id != "" {
+			applied = append(applied, s)
+			decided = append(decided, throttler.Subject{Policy: s.Policy, Identifier: id})
+		}
+	}
+	if len(decided) == 0 {
+		next.ServeHTTP(w, r)
+		return
+	}
+	cost := l.cost(r)
+	var res throttler.Result
+	var err error
+	if len(decided) == 1 {
+		res, err = l.throttler.AllowN(r.Context(), decided[0].Policy, decided[0].Identifier, cost)
+	} else {
+		res, err = l.throttler.AllowAll(r.Context(), cost, decided...)
+	}
+	if err != nil && !errors.Is(err, throttler.ErrCostExceedsLimit) {
+		if l.onError(w, r, err) {
+			next.ServeHTTP(w, r)
+		}
+		return
+	}
+	binding := bindingSubject(res, applied)
+	l.writeHeaders(w.Header(), res, applied, binding)
+	if !res.Allowed {
+		l.onDeny(w, r, res, l.problem(res, applied[binding], cost))
+		return
+	}
+
+	sw := &statusWriter{ResponseWriter: w}
+	next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), resultKey{}, res)))
+	if cost > 0 && l.refundStatuses[sw.finalStatus()] {
+		// The client may have gone once its response was written; the
+		// units are owed all the same.
+		l.giveBack(context.WithoutCancel(r.Context()), res, decided, cost)
+	}
+}
+
+// bindingSubject returns the index of the subject whose result res shows.
+func bindingSubject(res throttler.Result, applied []Subject) int {
+	for i, s := range applied {
+		if s.Policy.Name() == res.Policy {
+			return i
+		}
+	}
+	return 0
+}
+
+// writeHeaders sets the headers of res. RateLimit-Policy lists the limits
+// of every subject that applied, in order, so that it stays the same from
+// one response to the next whichever subject binds.
+func (l *Limiter) writeHeaders(h http.Header, res throttler.Result, applied []Subject, binding int) {
+	opts := l.headers
+	opts.Resource = applied[binding].Resource
+	if !opts.OmitRateLimitPolicy {
+		members := make([]string, 0, len(applied))
+		for _, s := range applied {
+			members = append(members, throttler.RateLimitPolicyValue(s.Policy, s.Resource))
+		}
+		h.Set(throttler.HeaderRateLimitPolicy, strings.Join(members, ", "))
+		opts.OmitRateLimitPolicy = true
+	}
+	res.WriteHeaders(h, l.throttler.Clock().Now(), applied[binding].Policy, opts)
+}
+
+// problem builds the body of a denial. It names policies and limits, which
+// are the server's own configuration, and never the identifier.
+func (l *Limiter) problem(res throttler.Result, s Subject, cost int64) Problem {
+	notation := res.Binding
+	for _, lim := range s.Policy.Limits() {
+		if lim.Name == res.Binding {
+			notation = lim.String()
+		}
+	}
+	quota := fmt.Sprintf("%q (%s)", s.Resource, notation)
+	if s.Policy.Len() > 1 {
+		quota = fmt.Sprintf("%q (%s)", s.Resource+":"+res.Binding, notation)
+	}
+	switch {
+	case res.NeverAllowed:
+		return Problem{Type: TypeCostExceedsLimit, Title: "Cost Exceeds Limit", Status: l.neverStatus,
+			Detail: fmt.Sprintf("This request costs %d units; quota %s holds at most %d, so it can never be allowed.",
+				cost, quota, res.Limit),
+			ViolatedPolicies: res.ViolatedPolicies(s.Resource)}
+	case res.Degraded:
+		secs, _ := res.RetryAfterSeconds()
+		return Problem{Type: TypeTemporaryReducedCapacity, Title: "Temporary Reduced Capacity",
+			Status: l.degradedStatus,
+			Detail: fmt.Sprintf("The rate limiter is unavailable; try again in %d s.", secs)}
+	default:
+		secs, _ := res.RetryAfterSeconds()
+		return Problem{Type: TypeQuotaExceeded, Title: "Quota Exceeded", Status: l.denyStatus,
+			Detail:           fmt.Sprintf("Quota %s is spent; try again in %d s.", quota, secs),
+			ViolatedPolicies: res.ViolatedPolicies(s.Resource)}
+	}
+}
+
+// giveBack refunds cost to every subject that spent it for this request.
+// Failures reach the throttler's observer; a backend without Refunder
+// refunds nothing.
+func (l *Limiter) giveBack(ctx context.Context, res throttler.Result, decided []throttler.Subject, cost int64) {
+	results := res.Subjects
+	if results == nil {
+		results = []throttler.Result{res}
+	}
+	for i, r := range results {
+		if i >= len(decided) || !r.Allowed || r.Degraded {
+			continue
+		}
+		_, _ = l.throttler.Refund(ctx, decided[i].Policy, decided[i].Identifier, cost)
+	}
+}
