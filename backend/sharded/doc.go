@@ -1,0 +1,143 @@
+// Package sharded spreads identifiers over several groups of servers, each
+// a primary with zero or more replicas: how the Redis backend grows past one
+// server, the way GitHub runs its limiter. The application, not the store,
+// picks for each identifier the group that holds its state.
+//
+// The core is generic: a Shard is a name, a primary throttler.Backend and
+// replicas that are throttler.Peekers, so any backend can be a shard (New).
+// NewRedis and OpenRedis build the usual case, Redis primaries and replicas,
+// from code or from one configuration string.
+//
+// # Routing
+//
+// An identifier belongs to exactly one shard, chosen by rendezvous
+// (highest-random-weight) hashing over the shard names: every shard scores
+// the identifier with Score, and the highest score wins (ties, which need a
+// 64-bit collision, go to the smaller name). Only the identifier routes, not
+// the policy: every key of one identifier, under every policy, lives on one
+// shard.
+//
+// Score is FNV-1a 64 over the shard name, a zero byte and the identifier,
+// followed by MurmurHash3's 64-bit finalizer. It is written out in this
+// package and is the same in every process, on every platform, in every
+// version: it is part of the on-wire contract, like the key layout of the
+// Redis backend. Every process that shares shards must use the same names
+// and this same function, or they count one identifier in two places.
+// Changing it reshards everything.
+//
+// What follows from rendezvous hashing:
+//
+//   - The order of the shard list does not matter.
+//   - Adding a shard to N moves about 1/(N+1) of the identifiers, all of
+//     them to the new shard; none moves between the old ones.
+//   - Removing a shard moves only the identifiers it owned.
+//   - A shard's name, not its address, decides what it owns: name shards by
+//     role ("a", "eu-1") and a server can be replaced under its name
+//     without moving anything.
+//
+// Owner and Backend.ShardFor tell which shard owns an identifier, for
+// operations tools and for checking a planned change of layout.
+//
+// # Replicas
+//
+// Decisions, refunds and resets go to the shard's primary. Peeks
+// (Throttler.Peek, and the throttler's look at a request that can never
+// succeed) go to the shard's replicas, tried in turn from a different one
+// on each peek, and to the primary when no replica answers; everything
+// runs within the caller's context, and a replica may use at most half of
+// the time left, so a hung replica leaves the primary time to answer.
+//
+// Replication is asynchronous. A replica can be behind its primary in two
+// ways. It can miss recent units, so a peek may show fewer than the primary
+// holds; a peek is advice, and the next decision, on the primary, is exact.
+// And it can still hold windows that have closed, because TTLs on a
+// replica are not what decides (GitHub's stale-replica bug). The second
+// never shows: the throttler's Evaluate treats every window that ends at
+// or before the request's now as absent, whatever a replica still holds,
+// and the Redis backend's Peek runs a read-only script (EVALSHA_RO), which
+// replicas accept, that returns the states as stored.
+//
+// # Failure isolation
+//
+// A shard that fails fails only its own identifiers. Its errors are
+// *ShardError values naming the shard, which the throttler wraps in
+// throttler.ErrBackend: those identifiers get their policy's failure mode
+// (fail open or fail closed), their Result is marked Degraded and its Err
+// names the shard; every other identifier keeps exact counts on its own
+// shard. While a primary is down, peeks of its identifiers are still
+// answered by its replicas. A server that comes back with nothing (Redis
+// without persistence) loses the windows it held, and only those.
+//
+// Each call to a down shard costs up to the throttler's per-call timeout.
+// Tune the clients so that they give up sooner: go-redis retries commands
+// (max_retries) and dials (DialerRetries, five attempts 100 ms apart by
+// default) before it reports a refused connection.
+//
+// Throttler.AllowAll over identifiers on different shards is not one
+// atomic step: a denial refunds what the earlier identifiers consumed, and
+// a concurrent request may see those units spent in between.
+//
+// Ping pings every primary and replica at once and joins the failures,
+// each naming its shard and server. Close closes the clients NewRedis and
+// OpenRedis made; a Backend from New owns nothing.
+//
+// # Resharding
+//
+// Adding or removing a shard moves identifiers, and their windows do not
+// move with them. An identifier that moves starts a fresh window on its
+// new shard, so it may get up to one extra quota in the window during which
+// the change happens; its old counts stay stranded on the old shard until
+// their keys expire (the window's end plus the expiry grace).
+// Identifiers that stay keep counting.
+//
+// Where that matters, move with the rollout package's mirror mode:
+//
+//  1. Build the new layout with a key prefix of its own
+//     (WithRedisOptions(redis.WithPrefix("app-v2:"))). Sharing the old
+//     prefix would make the mirror count twice every identifier that the
+//     two layouts place on the same server.
+//  2. Serve from rollout.New(oldLayout, newLayout, source,
+//     rollout.WithMode(rollout.MirrorMode)) with the source at 0 percent:
+//     every decision is made on the old layout and every unit it allows is
+//     recorded on the new one too.
+//  3. After the longest window of any policy has passed, every open window
+//     is complete on the new layout: set the source to 100 percent, then
+//     serve from the new layout alone. No identifier's window resets and
+//     none gets its quota twice.
+//
+// The tests TestReshardingStartsMovedIdentifiersAfresh and
+// TestMirrorModeCarriesWindowsAcrossReshard show both, on real servers.
+//
+// # Configuration string
+//
+// OpenRedis and ParseConfig read a layout from one string, for instance
+// an environment variable:
+//
+//	a=redis://10.0.0.1:6379?replica=redis://10.0.0.2:6379,b=redis://10.0.0.3:6379?replica=redis://10.0.0.4:6379
+//
+// Grammar (whitespace around entries, names and URLs is ignored):
+//
+//	config  = shard *( "," shard )
+//	shard   = name "=" url
+//	name    = 1*64( ALPHA / DIGIT / "." / "_" / "-" )
+//	url     = a URL go-redis's ParseURL reads (redis://, rediss://, unix://),
+//	          whose query may also hold "replica=" parameters, one per replica
+//
+// The other query parameters of a shard URL are go-redis options
+// (dial_timeout, read_timeout, max_retries, db...); they apply to the
+// primary and to every replica of the shard, as do the primary's database
+// and, unless a replica URL has its own, its user name and password. A
+// replica URL holds only a scheme (redis or rediss beside a TCP primary,
+// unix beside a socket), optional user info and an address, written as it
+// would be on its own (or percent-encoded whole). A ',' inside a URL is
+// written %2C.
+//
+// Every malformed or ambiguous configuration is an error wrapping
+// ErrBadConfig that names the offending part, with passwords masked: no
+// shards, an empty entry, a missing '=', an empty, invalid or duplicate
+// name, a URL go-redis rejects (scheme, port, database, unknown
+// parameter), a replica URL with a path, query or fragment, a replica with
+// its primary's address, and one address used twice, within a shard or by
+// two shards. Addresses are compared as written; host names are not
+// resolved.
+package sharded

@@ -1,0 +1,393 @@
+package sharded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/throttlekit/throttlekit/backend/redis"
+	"github.com/throttlekit/throttlekit/throttler"
+)
+
+// ErrBadConfig reports a layout of shards that cannot be used: no shards, an
+// empty, invalid or duplicate shard name, a nil backend, or, for the Redis
+// constructors, a malformed configuration string, a URL go-redis cannot
+// read, an unknown parameter, a replica equal to its primary or an address
+// used twice. The message names the offending part.
+var ErrBadConfig = errors.New("sharded: bad configuration")
+
+// MaxNameLen is the longest shard name, in bytes.
+const MaxNameLen = 64
+
+// Shard is one group of servers: a primary that decides, and replicas that
+// may answer peeks. The name, not the servers behind it, decides which
+// identifiers the shard owns (see Score): name shards by role ("a", "eu-1"),
+// never by address, so that replacing a server moves no identifier.
+type Shard struct {
+	// Name is 1 to MaxNameLen bytes of ASCII letters, digits, '.', '_' and
+	// '-', unique among the shards of a Backend.
+	Name string
+	// Primary decides, refunds, resets, and answers peeks when no replica
+	// can.
+	Primary throttler.Backend
+	// Replicas answer peeks, tried in turn (starting from a different one
+	// on each peek, to spread the load). They must return the states they
+	// read, even stale ones; the throttler ignores windows closed at the
+	// request's now. A Redis backend built over a replica's client
+	// (redis.New(replicaClient)) is such a Peeker: its Peek runs a
+	// read-only script.
+	Replicas []throttler.Peeker
+}
+
+// ShardError is the error of an operation on one shard. The throttler wraps
+// it in throttler.ErrBackend, so a degraded Result's Err names the shard:
+// use errors.As to read it.
+type ShardError struct {
+	// Shard is the shard's name.
+	Shard string
+	// Op is the operation: "decide", "peek", "refund", "reset" or "ping".
+	Op string
+	// Err is the shard's own error. For a peek that no server answered, it
+	// joins the errors of every replica and of the primary.
+	Err error
+}
+
+// Error returns `sharded: shard "name": op: err`.
+func (e *ShardError) Error() string {
+	return fmt.Sprintf("sharded: shard %q: %s: %v", e.Shard, e.Op, e.Err)
+}
+
+// Unwrap returns the shard's own error.
+func (e *ShardError) Unwrap() error { return e.Err }
+
+// Backend is a throttler.Backend over named shards. Every operation for an
+// identifier goes to the one shard that owns it by rendezvous hashing over
+// the shard names (see Score): decisions, refunds and resets to its
+// primary, peeks to one of its replicas and, when no replica answers, to
+// its primary. It implements Peeker, Refunder, Resetter and Pinger; a shard
+// whose primary lacks one of these makes the operation return an error
+// wrapping throttler.ErrUnsupported for its identifiers.
+//
+// It is safe for concurrent use. Build it with New, NewRedis or OpenRedis.
+type Backend struct {
+	shards []*shard
+	// owned are the clients NewRedis made, which Close closes.
+	owned []io.Closer
+	// onReplicaError is told about every replica that failed a peek.
+	onReplicaError func(error)
+}
+
+// shard is a Shard ready for routing.
+type shard struct {
+	name     string
+	seed     uint64
+	primary  throttler.Backend
+	replicas []throttler.Peeker
+	// nextReplica rotates the replica a peek tries first.
+	nextReplica atomic.Uint32
+}
+
+var (
+	_ throttler.Backend  = (*Backend)(nil)
+	_ throttler.Peeker   = (*Backend)(nil)
+	_ throttler.Refunder = (*Backend)(nil)
+	_ throttler.Resetter = (*Backend)(nil)
+	_ throttler.Pinger   = (*Backend)(nil)
+)
+
+// Option configures a Backend.
+type Option func(*options)
+
+type options struct {
+	onReplicaError func(error)
+	redisOptions   []redis.Option
+}
+
+// WithReplicaErrorHandler sets a function told about every replica that
+// failed to answer a peek; the peek then went on to the next replica or the
+// primary, so the caller saw no error. The error is a *ShardError. It runs
+// on the request path: it must be fast and safe for concurrent use. By
+// default such failures are not reported (a peek that no server answers is
+// reported as the peek's error, as always).
+func WithReplicaErrorHandler(f func(error)) Option {
+	return func(o *options) { o.onReplicaError = f }
+}
+
+// WithRedisOptions passes opts to every redis.New that NewRedis and
+// OpenRedis call, one per server: a key prefix (redis.WithPrefix), an
+// expiry grace. New ignores it.
+func WithRedisOptions(opts ...redis.Option) Option {
+	return func(o *options) { o.redisOptions = append(o.redisOptions, opts...) }
+}
+
+// New returns a Backend over shards, which may be any backends: memory,
+// Redis, another sharded backend. The order of shards does not matter for
+// routing. The error wraps ErrBadConfig and names the offending shard.
+func New(shards []Shard, opts ...Option) (*Backend, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return newBackend(shards, o)
+}
+
+func newBackend(shards []Shard, o options) (*Backend, error) {
+	if len(shards) == 0 {
+		return nil, fmt.Errorf("%w: no shards", ErrBadConfig)
+	}
+	b := &Backend{shards: make([]*shard, len(shards)), onReplicaError: o.onReplicaError}
+	seen := make(map[string]bool, len(shards))
+	for i, s := range shards {
+		if err := validName(s.Name); err != nil {
+			return nil, fmt.Errorf("%w: shard %d: %w", ErrBadConfig, i, err)
+		}
+		if seen[s.Name] {
+			return nil, fmt.Errorf("%w: duplicate shard name %q", ErrBadConfig, s.Name)
+		}
+		seen[s.Name] = true
+		if s.Primary == nil {
+			return nil, fmt.Errorf("%w: shard %q: nil primary", ErrBadConfig, s.Name)
+		}
+		for j, r := range s.Replicas {
+			if r == nil {
+				return nil, fmt.Errorf("%w: shard %q: replica %d is nil", ErrBadConfig, s.Name, j)
+			}
+		}
+		b.shards[i] = &shard{
+			name:     s.Name,
+			seed:     seed(s.Name),
+			primary:  s.Primary,
+			replicas: append([]throttler.Peeker(nil), s.Replicas...),
+		}
+	}
+	return b, nil
+}
+
+// validName reports whether name may name a shard. The character set keeps
+// names free of the routing hash's separator and of every delimiter of the
+// configuration string, and makes them safe to print in logs and errors.
+func validName(name string) error {
+	if name == "" {
+		return errors.New("empty shard name")
+	}
+	if len(name) > MaxNameLen {
+		return fmt.Errorf("shard name %.16q... is longer than %d bytes", name, MaxNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("shard name %q holds %q: use letters, digits, '.', '_' and '-'", name, c)
+		}
+	}
+	return nil
+}
+
+// Shards returns the shard names, in the order given to New.
+func (b *Backend) Shards() []string {
+	names := make([]string, len(b.shards))
+	for i, s := range b.shards {
+		names[i] = s.name
+	}
+	return names
+}
+
+// ShardFor returns the name of the shard that owns identifier: the same as
+// Owner(b.Shards(), identifier).
+func (b *Backend) ShardFor(identifier string) string {
+	if s := b.route(identifier); s != nil {
+		return s.name
+	}
+	return ""
+}
+
+// errNoShards is the error of a Backend not built by a constructor.
+var errNoShards = fmt.Errorf("%w: no shards (build the Backend with New, NewRedis or OpenRedis)", ErrBadConfig)
+
+// route returns the shard that owns identifier, or nil for a zero Backend.
+// Each shard's hash state after its name is precomputed, so routing hashes
+// the identifier once per shard.
+func (b *Backend) route(identifier string) *shard {
+	if len(b.shards) == 0 {
+		return nil
+	}
+	best, bestScore := b.shards[0], finish(continueFNV(b.shards[0].seed, identifier))
+	for _, s := range b.shards[1:] {
+		score := finish(continueFNV(s.seed, identifier))
+		if score > bestScore || score == bestScore && s.name < best.name {
+			best, bestScore = s, score
+		}
+	}
+	return best
+}
+
+// Decide implements throttler.Backend on the primary of the identifier's
+// shard. Its failure is returned as a *ShardError; it concerns that shard's
+// identifiers only.
+func (b *Backend) Decide(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+	s := b.route(req.Identifier)
+	if s == nil {
+		return throttler.Outcome{}, errNoShards
+	}
+	out, err := s.primary.Decide(ctx, req)
+	if err != nil {
+		return throttler.Outcome{}, &ShardError{Shard: s.name, Op: "decide", Err: err}
+	}
+	return out, nil
+}
+
+// Peek implements throttler.Peeker. The replicas of the identifier's shard
+// are tried in turn, starting from a different one on each call; when every
+// replica fails (or the shard has none) the primary answers, with its own
+// Peek or else Decide with cost 0. Everything runs within ctx; while a
+// later server remains to be tried, one replica may use at most half of
+// ctx's remaining time, so that a hung replica leaves the primary time to
+// answer.
+//
+// A replica may lag behind its primary. It can show fewer units than the
+// primary holds (a peek is advice, the next decision on the primary is
+// exact), and it can hold windows the primary has seen close; those the
+// throttler ignores, since Evaluate treats every window that ends at or
+// before the request's now as absent, whatever a replica or its TTLs say.
+func (b *Backend) Peek(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+	req.Cost = 0
+	s := b.route(req.Identifier)
+	if s == nil {
+		return throttler.Outcome{}, errNoShards
+	}
+	var errs []error
+	if n := len(s.replicas); n > 0 {
+		start := int(s.nextReplica.Add(1) % uint32(n))
+		for k := range n {
+			i := (start + k) % n
+			out, err := peekWithin(ctx, s.replicas[i], req)
+			if err == nil {
+				return out, nil
+			}
+			err = fmt.Errorf("replica %d: %w", i, err)
+			if b.onReplicaError != nil {
+				b.onReplicaError(&ShardError{Shard: s.name, Op: "peek", Err: err})
+			}
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				return throttler.Outcome{}, &ShardError{Shard: s.name, Op: "peek", Err: errors.Join(errs...)}
+			}
+		}
+	}
+	var out throttler.Outcome
+	var err error
+	if pk, ok := s.primary.(throttler.Peeker); ok {
+		out, err = pk.Peek(ctx, req)
+	} else {
+		out, err = s.primary.Decide(ctx, req)
+	}
+	if err != nil {
+		if len(errs) > 0 {
+			err = fmt.Errorf("primary: %w", err)
+		}
+		return throttler.Outcome{}, &ShardError{Shard: s.name, Op: "peek", Err: errors.Join(append(errs, err)...)}
+	}
+	return out, nil
+}
+
+// peekWithin runs one replica's peek with at most half of ctx's remaining
+// time, keeping the rest for the servers after it.
+func peekWithin(ctx context.Context, replica throttler.Peeker, req throttler.Request) (throttler.Outcome, error) {
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Until(deadline)/2)
+		defer cancel()
+	}
+	return replica.Peek(ctx, req)
+}
+
+// Refund implements throttler.Refunder on the primary of the identifier's
+// shard. A primary without Refunder gives an error wrapping
+// throttler.ErrUnsupported.
+func (b *Backend) Refund(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+	s := b.route(req.Identifier)
+	if s == nil {
+		return throttler.Outcome{}, errNoShards
+	}
+	rf, ok := s.primary.(throttler.Refunder)
+	if !ok {
+		return throttler.Outcome{}, &ShardError{Shard: s.name, Op: "refund",
+			Err: fmt.Errorf("%w: the primary cannot refund", throttler.ErrUnsupported)}
+	}
+	out, err := rf.Refund(ctx, req)
+	if err != nil {
+		return throttler.Outcome{}, &ShardError{Shard: s.name, Op: "refund", Err: err}
+	}
+	return out, nil
+}
+
+// Reset implements throttler.Resetter on the primary of the identifier's
+// shard. A primary without Resetter gives an error wrapping
+// throttler.ErrUnsupported.
+func (b *Backend) Reset(ctx context.Context, p *throttler.Policy, identifier string) error {
+	s := b.route(identifier)
+	if s == nil {
+		return errNoShards
+	}
+	rs, ok := s.primary.(throttler.Resetter)
+	if !ok {
+		return &ShardError{Shard: s.name, Op: "reset",
+			Err: fmt.Errorf("%w: the primary cannot reset", throttler.ErrUnsupported)}
+	}
+	if err := rs.Reset(ctx, p, identifier); err != nil {
+		return &ShardError{Shard: s.name, Op: "reset", Err: err}
+	}
+	return nil
+}
+
+// Ping implements throttler.Pinger: it pings the primary and every replica
+// of every shard, all at once, and joins the failures, each a *ShardError
+// naming its shard and server, in shard order. Servers without Pinger count
+// as reachable. A failing replica fails Ping although peeks still work
+// through the primary: Ping is a health check, and a lost replica needs
+// attention.
+func (b *Backend) Ping(ctx context.Context) error {
+	errs := make([][]error, len(b.shards))
+	var wg sync.WaitGroup
+	for i, s := range b.shards {
+		errs[i] = make([]error, 1+len(s.replicas))
+		ping := func(slot int, server string, target any) {
+			pg, ok := target.(throttler.Pinger)
+			if !ok {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := pg.Ping(ctx); err != nil {
+					errs[i][slot] = &ShardError{Shard: s.name, Op: "ping", Err: fmt.Errorf("%s: %w", server, err)}
+				}
+			}()
+		}
+		ping(0, "primary", s.primary)
+		for j, r := range s.replicas {
+			ping(1+j, fmt.Sprintf("replica %d", j), r)
+		}
+	}
+	wg.Wait()
+	var all []error
+	for _, shardErrs := range errs {
+		all = append(all, shardErrs...)
+	}
+	return errors.Join(all...)
+}
+
+// Close closes the Redis clients that NewRedis or OpenRedis made, and
+// returns their errors joined. A Backend from New owns nothing and Close
+// does nothing: the caller closes what it built. Do not use the Backend
+// after Close.
+func (b *Backend) Close() error {
+	var errs []error
+	for _, c := range b.owned {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}

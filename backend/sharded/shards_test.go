@@ -1,0 +1,593 @@
+package sharded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/throttlekit/throttlekit/backend/redis"
+	"github.com/throttlekit/throttlekit/conformance"
+	"github.com/throttlekit/throttlekit/internal/localserver"
+	"github.com/throttlekit/throttlekit/rollout"
+	"github.com/throttlekit/throttlekit/throttler"
+)
+
+// TestConformance runs the conformance suite through the sharded backend
+// over the three real shards: decisions on the primaries, peeks on the
+// replicas.
+//
+// Replication is asynchronous: a replica may answer a peek before it has
+// applied the decision just made on its primary, and the suite checks that
+// a peek sees every earlier decision. The harness therefore lets each
+// replica catch up with its primary's replication offset before it peeks
+// (caughtUpReplica). The peek itself still runs on the replica, through the
+// Redis backend's read-only script; TestReplicaPeekAfterWindowClosed shows
+// what a lagging replica's stale windows become.
+func TestConformance(t *testing.T) {
+	ts := servers(t)
+	conformance.Run(t, func(ctx context.Context, tb testing.TB) (conformance.Harness, error) {
+		return &harness{ts: ts, prefix: newPrefix()}, nil
+	})
+}
+
+// BenchmarkConformance measures the sharded backend over the three real
+// shards, opened from a configuration string; peeks go to the replicas as
+// they come (no catching up).
+func BenchmarkConformance(b *testing.B) {
+	ts := servers(b)
+	conformance.RunBenchmarks(b, func(ctx context.Context, tb testing.TB) (conformance.Harness, error) {
+		return &openedHarness{config: ts.config(""), prefix: newPrefix()}, nil
+	})
+}
+
+// openedHarness opens a Backend per MakeBackend with OpenRedis, and closes
+// them all.
+type openedHarness struct {
+	config, prefix string
+	opened         []*Backend
+}
+
+func (h *openedHarness) MakeBackend(ctx context.Context) (throttler.Backend, error) {
+	b, err := OpenRedis(h.config, WithRedisOptions(redis.WithPrefix(h.prefix)))
+	if err != nil {
+		return nil, err
+	}
+	h.opened = append(h.opened, b)
+	return b, nil
+}
+
+func (h *openedHarness) Close() {
+	for _, b := range h.opened {
+		_ = b.Close()
+	}
+}
+
+// harness makes sharded backends over the shared servers' clients, all with
+// one key prefix, so that they share state as processes would.
+type harness struct {
+	ts     *testShards
+	prefix string
+}
+
+func (h *harness) MakeBackend(ctx context.Context) (throttler.Backend, error) {
+	shards := make([]Shard, len(shardNames))
+	for i, name := range shardNames {
+		primary, err := redis.New(h.ts.primaryClients[i], redis.WithPrefix(h.prefix))
+		if err != nil {
+			return nil, err
+		}
+		replica, err := redis.New(h.ts.replicaClients[i], redis.WithPrefix(h.prefix))
+		if err != nil {
+			return nil, err
+		}
+		shards[i] = Shard{Name: name, Primary: primary, Replicas: []throttler.Peeker{&caughtUpReplica{
+			primary: h.ts.primaryClients[i], replica: h.ts.replicaClients[i], peeker: replica,
+		}}}
+	}
+	return New(shards)
+}
+
+func (h *harness) Close() {}
+
+// caughtUpReplica peeks on a replica once it has applied everything its
+// primary had written when the peek began.
+type caughtUpReplica struct {
+	primary, replica *goredis.Client
+	peeker           throttler.Peeker
+}
+
+func (c *caughtUpReplica) Peek(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+	target, err := replicationOffset(ctx, c.primary, "master_repl_offset")
+	if err != nil {
+		return throttler.Outcome{}, err
+	}
+	for {
+		applied, err := replicationOffset(ctx, c.replica, "slave_repl_offset")
+		if err != nil {
+			return throttler.Outcome{}, err
+		}
+		if applied >= target {
+			return c.peeker.Peek(ctx, req)
+		}
+		select {
+		case <-ctx.Done():
+			return throttler.Outcome{}, ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+func replicationOffset(ctx context.Context, c *goredis.Client, field string) (int64, error) {
+	fields, err := info(ctx, c, "replication")
+	if err != nil {
+		return 0, err
+	}
+	var off int64
+	if _, err := fmt.Sscan(fields[field], &off); err != nil {
+		return 0, fmt.Errorf("INFO replication %s = %q: %w", field, fields[field], err)
+	}
+	return off, nil
+}
+
+// openFailFast opens the shared shards with clients that give up at once on
+// a stopped server: the layout is read from the string and then tuned in
+// code, with no command retries (max_retries=-1) and one dial attempt, so
+// that calls to a stopped server fail at once instead of spending the call
+// timeout.
+func openFailFast(t *testing.T, ts *testShards, opts ...Option) *Backend {
+	t.Helper()
+	layout, err := ParseConfig(ts.config("max_retries=-1&dial_timeout=1s"))
+	require.NoError(t, err)
+	for _, sc := range layout {
+		for _, o := range append([]*goredis.Options{sc.Primary}, sc.Replicas...) {
+			o.DialerRetries = 1
+		}
+	}
+	opts = append(opts, WithRedisOptions(redis.WithPrefix(newPrefix())))
+	b, err := NewRedis(layout, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, b.Close()) })
+	return b
+}
+
+// TestStoppedShardDegradesOnlyItsIdentifiers stops one shard's primary:
+// the identifiers it owns get the policy's failure mode (fail closed here),
+// with an error naming the shard; every other identifier keeps exact
+// counts; peeks of the stopped shard's identifiers are still answered by
+// its replica. After a restart the shard serves again: its identifiers
+// start afresh (the restarted server kept nothing, as it persists nothing)
+// and the others go on counting.
+func TestStoppedShardDegradesOnlyItsIdentifiers(t *testing.T) {
+	ts := servers(t)
+	ctx := context.Background()
+	b := openFailFast(t, ts)
+	clock := throttler.NewManualClock(t0)
+	// A generous timeout: live shards must never time out under -race.
+	th := throttler.New(b, throttler.WithClock(clock), throttler.WithTimeout(5*time.Second),
+		throttler.WithObserver(throttler.NopObserver{}))
+	p := mustPolicy(t, "api", "10/min", throttler.WithFailureMode(throttler.FailClosed))
+	const stopped = "b"
+	stoppedServer := ts.primaries[ts.index(t, stopped)]
+
+	ids := identifiers(300)
+	owned := 0
+	for _, id := range ids {
+		if b.ShardFor(id) == stopped {
+			owned++
+		}
+		r, err := th.AllowN(ctx, p, id, 2)
+		require.NoError(t, err)
+		require.True(t, r.Allowed)
+		require.EqualValues(t, 2, r.Used)
+	}
+	ts.waitReplicas(t)
+
+	require.NoError(t, stoppedServer.Stop())
+	restarted := false
+	defer func() {
+		if !restarted {
+			_ = stoppedServer.Start()
+		}
+	}()
+
+	clock.Advance(10 * time.Second)
+	degraded, exact, peekedFromReplica := 0, 0, 0
+	for _, id := range ids {
+		r, err := th.Allow(ctx, p, id)
+		require.NoError(t, err)
+		if b.ShardFor(id) != stopped {
+			require.Falsef(t, r.Degraded, "%s on a live shard: %v", id, r.Err)
+			require.True(t, r.Allowed)
+			require.EqualValues(t, 3, r.Used, id)
+			exact++
+			continue
+		}
+		require.True(t, r.Degraded, id)
+		require.False(t, r.Allowed, "fail closed")
+		var se *ShardError
+		require.ErrorAs(t, r.Err, &se)
+		require.Equal(t, stopped, se.Shard)
+		require.ErrorIs(t, r.Err, throttler.ErrBackend)
+		degraded++
+
+		pr, err := th.Peek(ctx, p, id)
+		require.NoError(t, err)
+		require.Falsef(t, pr.Degraded, "peek of %s should be served by the replica: %v", id, pr.Err)
+		require.EqualValues(t, 2, pr.Used, "the replica holds the counts from before the outage")
+		peekedFromReplica++
+	}
+	t.Logf("shard %q down: %d of %d identifiers degraded, %d exact, %d peeks answered by its replica",
+		stopped, degraded, len(ids), exact, peekedFromReplica)
+	assert.Equal(t, owned, degraded)
+	assert.Equal(t, len(ids)-owned, exact)
+	assert.Equal(t, len(ids), degraded+exact)
+	assert.Positive(t, degraded)
+	assert.Positive(t, exact)
+
+	err := b.Ping(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), fmt.Sprintf("shard %q: ping: primary", stopped))
+	for _, live := range shardNames {
+		if live != stopped {
+			assert.NotContains(t, err.Error(), fmt.Sprintf("shard %q", live))
+		}
+	}
+
+	require.NoError(t, stoppedServer.Start())
+	restarted = true
+	// The client redials in the background once its dials have failed;
+	// wait (bounded) until every server answers again.
+	require.Eventually(t, func() bool { return b.Ping(ctx) == nil }, 30*time.Second, 50*time.Millisecond)
+	ts.waitReplicas(t)
+
+	clock.Advance(10 * time.Second)
+	recovered := 0
+	for _, id := range ids {
+		r, err := th.Allow(ctx, p, id)
+		require.NoError(t, err)
+		require.Falsef(t, r.Degraded, "%s after the restart: %v", id, r.Err)
+		require.True(t, r.Allowed)
+		if b.ShardFor(id) == stopped {
+			require.EqualValues(t, 1, r.Used, "the restarted primary starts empty")
+			recovered++
+		} else {
+			require.EqualValues(t, 4, r.Used, id)
+		}
+	}
+	assert.Equal(t, owned, recovered)
+}
+
+// TestStoppedReplicaFallsBackToPrimary stops one shard's replica: peeks of
+// its identifiers are answered by the primary, exactly, and the replica's
+// failures are reported to the handler and by Ping.
+func TestStoppedReplicaFallsBackToPrimary(t *testing.T) {
+	ts := servers(t)
+	ctx := context.Background()
+	var replicaFailures atomic.Int64
+	b := openFailFast(t, ts, WithReplicaErrorHandler(func(err error) {
+		var se *ShardError
+		if errors.As(err, &se) && se.Shard == "c" {
+			replicaFailures.Add(1)
+		}
+	}))
+	clock := throttler.NewManualClock(t0)
+	th := throttler.New(b, throttler.WithClock(clock), throttler.WithTimeout(5*time.Second))
+	p := mustPolicy(t, "api", "10/min")
+	ids := identifiers(60)
+	for _, id := range ids {
+		_, err := th.AllowN(ctx, p, id, 3)
+		require.NoError(t, err)
+	}
+	ts.waitReplicas(t)
+
+	replica := ts.replicas[ts.index(t, "c")]
+	require.NoError(t, replica.Stop())
+	restarted := false
+	defer func() {
+		if !restarted {
+			_ = replica.Start()
+		}
+	}()
+	// One more unit for one identifier of shard c, written while its
+	// replica is down: only the primary can show it.
+	var extra string
+	for _, id := range ids {
+		if b.ShardFor(id) == "c" {
+			extra = id
+			break
+		}
+	}
+	require.NotEmpty(t, extra)
+	_, err := th.Allow(ctx, p, extra)
+	require.NoError(t, err)
+	owned := 0
+	for _, id := range ids {
+		r, err := th.Peek(ctx, p, id)
+		require.NoError(t, err)
+		require.Falsef(t, r.Degraded, "%s: %v", id, r.Err)
+		if b.ShardFor(id) == "c" {
+			owned++
+		}
+		want := int64(3)
+		if id == extra {
+			want = 4
+		}
+		require.EqualValues(t, want, r.Used, id)
+	}
+	assert.EqualValues(t, owned, replicaFailures.Load(), "one replica failure per peek on shard c")
+	err = b.Ping(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `shard "c": ping: replica 0`)
+
+	require.NoError(t, replica.Start())
+	restarted = true
+	require.NoError(t, replica.WaitReplicaSynced(15*time.Second))
+	require.Eventually(t, func() bool { return b.Ping(ctx) == nil }, 30*time.Second, 50*time.Millisecond)
+}
+
+// TestReplicaPeekAfterWindowClosed is GitHub's stale-replica scenario through
+// the sharded backend: a replica still holds a window that has closed (its
+// keys have not expired, because real time has not passed), and a peek it
+// serves must report a fresh window, not the old counts.
+func TestReplicaPeekAfterWindowClosed(t *testing.T) {
+	ts := servers(t)
+	ctx := context.Background()
+	b, prefix := openShared(t, ts, "")
+	clock := throttler.NewManualClock(t0)
+	th := throttler.New(b, throttler.WithClock(clock), throttler.WithTimeout(5*time.Second))
+	p := mustPolicy(t, "api", "5/min")
+	const id = "user:github"
+	i := ts.index(t, b.ShardFor(id))
+	primary, replica := ts.primaryClients[i], ts.replicaClients[i]
+
+	r, err := th.AllowN(ctx, p, id, 3)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, r.Used)
+	windowEnd := r.ResetAt
+	require.NoError(t, ts.replicas[i].WaitReplicaSynced(15*time.Second))
+
+	replicaRO, _ := scriptCalls(t, replica)
+	primaryRO, primaryRW := scriptCalls(t, primary)
+
+	clock.Set(t0.Add(30 * time.Second))
+	r, err = th.Peek(ctx, p, id)
+	require.NoError(t, err)
+	require.False(t, r.Degraded)
+	assert.EqualValues(t, 3, r.Used, "the replica has the open window")
+	assert.Equal(t, windowEnd, r.ResetAt)
+
+	now := clock.Advance(31 * time.Second)
+	require.True(t, now.After(windowEnd))
+	keys := mustKeys(t, prefix, p, id)
+	for name, c := range map[string]*goredis.Client{"primary": primary, "replica": replica} {
+		n, err := c.Exists(ctx, keys...).Result()
+		require.NoError(t, err)
+		require.EqualValuesf(t, len(keys), n, "the closed window's keys still exist on the %s", name)
+	}
+	r, err = th.Peek(ctx, p, id)
+	require.NoError(t, err)
+	require.False(t, r.Degraded)
+	assert.EqualValues(t, 0, r.Used, "a closed window counts as absent")
+	assert.EqualValues(t, 5, r.Remaining)
+	assert.Equal(t, now.Add(time.Minute), r.ResetAt, "the window a request would open now")
+
+	afterReplicaRO, _ := scriptCalls(t, replica)
+	afterPrimaryRO, afterPrimaryRW := scriptCalls(t, primary)
+	assert.GreaterOrEqual(t, afterReplicaRO-replicaRO, int64(2), "both peeks ran a read-only script on the replica")
+	assert.Equal(t, primaryRO, afterPrimaryRO, "no peek reached the primary")
+	assert.Equal(t, primaryRW, afterPrimaryRW, "no decision reached the primary")
+
+	// The next decision, on the primary, opens the fresh window the peek
+	// announced.
+	r, err = th.Allow(ctx, p, id)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, r.Used)
+	assert.Equal(t, now.Add(time.Minute), r.ResetAt)
+}
+
+func mustKeys(tb testing.TB, prefix string, p *throttler.Policy, id string) []string {
+	tb.Helper()
+	// Keys only computes names: the client is never called.
+	kb, err := redis.New(servers(tb).primaryClients[0], redis.WithPrefix(prefix))
+	require.NoError(tb, err)
+	return kb.Keys(p, id)
+}
+
+// fourthShard starts a Redis for a shard "d" joining the shared three, and
+// returns the configuration string of all four.
+func fourthShard(t *testing.T, ts *testShards) string {
+	d := localserver.RedisT(t, localserver.RedisOptions{})
+	return ts.config("") + ",d=redis://" + d.Addr()
+}
+
+// TestReshardingStartsMovedIdentifiersAfresh documents what adding a shard
+// does to open windows: the identifiers that move (about a quarter, all to
+// the new shard) start a fresh window there, while their old counts stay
+// stranded on the old shard until their TTL expires. Identifiers that stay
+// keep counting.
+func TestReshardingStartsMovedIdentifiersAfresh(t *testing.T) {
+	ts := servers(t)
+	ctx := context.Background()
+	prefix := newPrefix()
+	oldLayout, err := OpenRedis(ts.config(""), WithRedisOptions(redis.WithPrefix(prefix)))
+	require.NoError(t, err)
+	defer oldLayout.Close()
+	newLayout, err := OpenRedis(fourthShard(t, ts), WithRedisOptions(redis.WithPrefix(prefix)))
+	require.NoError(t, err)
+	defer newLayout.Close()
+
+	clock := throttler.NewManualClock(t0)
+	before := throttler.New(oldLayout, throttler.WithClock(clock), throttler.WithTimeout(5*time.Second))
+	after := throttler.New(newLayout, throttler.WithClock(clock), throttler.WithTimeout(5*time.Second))
+	p := mustPolicy(t, "api", "5/min")
+	ids := identifiers(400)
+	for _, id := range ids {
+		r, err := before.AllowN(ctx, p, id, 3)
+		require.NoError(t, err)
+		require.True(t, r.Allowed)
+	}
+	ts.waitReplicas(t)
+
+	clock.Advance(10 * time.Second)
+	moved := 0
+	for _, id := range ids {
+		r, err := after.Allow(ctx, p, id)
+		require.NoError(t, err)
+		require.False(t, r.Degraded)
+		if oldLayout.ShardFor(id) == newLayout.ShardFor(id) {
+			require.EqualValues(t, 4, r.Used, "%s stays on shard %s", id, newLayout.ShardFor(id))
+			continue
+		}
+		moved++
+		require.Equal(t, "d", newLayout.ShardFor(id), "identifiers move only to the new shard")
+		require.EqualValues(t, 1, r.Used, "%s moved: a fresh window on the new shard", id)
+		stranded, err := before.Peek(ctx, p, id)
+		require.NoError(t, err)
+		require.EqualValues(t, 3, stranded.Used, "%s: the old counts stay on the old shard", id)
+	}
+	t.Logf("a fourth shard moved %d of %d identifiers (%.3f)", moved, len(ids), float64(moved)/float64(len(ids)))
+	assert.InDelta(t, 0.25, float64(moved)/float64(len(ids)), 0.08)
+}
+
+// TestMirrorModeCarriesWindowsAcrossReshard shows the remedy: the new
+// layout gets a key prefix of its own, and a rollout.Backend in mirror mode
+// serves every identifier from the old layout while recording every unit
+// on the new one too. Once the mirror has run for the longest window, the
+// flag moves everyone to the new layout (and later the rollout is dropped):
+// no identifier's window resets and none gets its quota twice.
+func TestMirrorModeCarriesWindowsAcrossReshard(t *testing.T) {
+	ts := servers(t)
+	ctx := context.Background()
+	oldLayout, err := OpenRedis(ts.config(""), WithRedisOptions(redis.WithPrefix(newPrefix())))
+	require.NoError(t, err)
+	defer oldLayout.Close()
+	newLayout, err := OpenRedis(fourthShard(t, ts), WithRedisOptions(redis.WithPrefix(newPrefix())))
+	require.NoError(t, err)
+	defer newLayout.Close()
+
+	flag, err := rollout.NewStaticSource(0)
+	require.NoError(t, err)
+	var secondaryErrors []error
+	migration, err := rollout.New(oldLayout, newLayout, flag, rollout.WithMode(rollout.MirrorMode),
+		rollout.WithSecondaryErrorHandler(func(err error) { secondaryErrors = append(secondaryErrors, err) }))
+	require.NoError(t, err)
+
+	clock := throttler.NewManualClock(t0)
+	th := throttler.New(migration, throttler.WithClock(clock), throttler.WithTimeout(5*time.Second))
+	p := mustPolicy(t, "api", "5/min")
+	ids := identifiers(200)
+	moving := 0
+	for _, id := range ids {
+		if oldLayout.ShardFor(id) != newLayout.ShardFor(id) {
+			moving++
+		}
+		r, err := th.AllowN(ctx, p, id, 3)
+		require.NoError(t, err)
+		require.True(t, r.Allowed)
+	}
+	require.Positive(t, moving)
+
+	// Everyone moves to the new layout.
+	require.NoError(t, flag.Set(100))
+	clock.Advance(10 * time.Second)
+	for _, id := range ids {
+		r, err := th.Allow(ctx, p, id)
+		require.NoError(t, err)
+		require.False(t, r.Degraded)
+		require.EqualValues(t, 4, r.Used, "%s keeps its window across the move", id)
+	}
+
+	// The rollout is dropped: the new layout alone holds the right counts.
+	direct := throttler.New(newLayout, throttler.WithClock(clock), throttler.WithTimeout(5*time.Second))
+	clock.Advance(10 * time.Second)
+	for _, id := range ids {
+		r, err := direct.Allow(ctx, p, id)
+		require.NoError(t, err)
+		require.True(t, r.Allowed)
+		require.EqualValues(t, 5, r.Used, id)
+		r, err = direct.Allow(ctx, p, id)
+		require.NoError(t, err)
+		require.False(t, r.Allowed, "%s: no second quota after the move", id)
+	}
+	assert.Empty(t, secondaryErrors)
+	t.Logf("%d of %d identifiers moved shard without losing their window", moving, len(ids))
+}
+
+// TestMirrorOverOneSharedPrefixCountsTwice is why the new layout needs a
+// prefix of its own: where both layouts route an identifier to the same
+// server, a shared prefix makes the mirror write the units a second time
+// into the very keys the decision just wrote.
+func TestMirrorOverOneSharedPrefixCountsTwice(t *testing.T) {
+	ts := servers(t)
+	ctx := context.Background()
+	prefix := newPrefix()
+	oldLayout, err := OpenRedis(ts.config(""), WithRedisOptions(redis.WithPrefix(prefix)))
+	require.NoError(t, err)
+	defer oldLayout.Close()
+	newLayout, err := OpenRedis(fourthShard(t, ts), WithRedisOptions(redis.WithPrefix(prefix)))
+	require.NoError(t, err)
+	defer newLayout.Close()
+	flag, err := rollout.NewStaticSource(0)
+	require.NoError(t, err)
+	migration, err := rollout.New(oldLayout, newLayout, flag, rollout.WithMode(rollout.MirrorMode))
+	require.NoError(t, err)
+	th := throttler.New(migration, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithTimeout(5*time.Second))
+	p := mustPolicy(t, "api", "5/min")
+
+	id := ""
+	for _, candidate := range identifiers(100) {
+		if oldLayout.ShardFor(candidate) == newLayout.ShardFor(candidate) {
+			id = candidate
+			break
+		}
+	}
+	require.NotEmpty(t, id)
+	_, err = th.Allow(ctx, p, id)
+	require.NoError(t, err)
+	ts.waitReplicas(t)
+	r, err := th.Peek(ctx, p, id)
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, r.Used, "one request, counted twice")
+}
+
+// TestOpenRedisServesFromTheConfigString checks the whole path from an
+// environment-style string: ping, routing to the right server, refund,
+// reset, and Close.
+func TestOpenRedisServesFromTheConfigString(t *testing.T) {
+	ts := servers(t)
+	ctx := context.Background()
+	b, prefix := openShared(t, ts, "")
+	require.NoError(t, b.Ping(ctx))
+	assert.Equal(t, shardNames, b.Shards())
+	th := throttler.New(b, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithTimeout(5*time.Second))
+	p := mustPolicy(t, "api", "5/min")
+	for _, id := range identifiers(30) {
+		_, err := th.AllowN(ctx, p, id, 4)
+		require.NoError(t, err)
+		keys := mustKeys(t, prefix, p, id)
+		owner := ts.index(t, b.ShardFor(id))
+		for i, c := range ts.primaryClients {
+			n, err := c.Exists(ctx, keys...).Result()
+			require.NoError(t, err)
+			if i == owner {
+				require.EqualValues(t, 1, n, "%s is stored on its shard", id)
+			} else {
+				require.Zero(t, n, "%s is stored on shard %s", id, shardNames[i])
+			}
+		}
+		r, err := th.Refund(ctx, p, id, 3)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, r.Used)
+		require.NoError(t, th.Reset(ctx, p, id))
+		n, err := ts.primaryClients[owner].Exists(ctx, keys...).Result()
+		require.NoError(t, err)
+		require.Zero(t, n)
+	}
+}
