@@ -173,13 +173,15 @@ func (b *Backend) tryUpdate(key entryKey, req throttler.Request, nowMs int64,
 		if b.max > 0 && b.held.Load() >= b.max {
 			return throttler.Outcome{}, true
 		}
-		e = &entry{}
-		sh.entries[key] = e
-		b.held.Add(1)
+		// Sweep before inserting: the new entry has no expiry yet, and a
+		// sweep after the insert would delete it.
 		sh.inserts++
 		if sh.inserts >= max(minSweepInterval, len(sh.entries)/2) {
 			b.sweepLocked(sh)
 		}
+		e = &entry{}
+		sh.entries[key] = e
+		b.held.Add(1)
 	}
 	e.store(p, next)
 	return throttler.Outcome{Allowed: allowed, States: next}, false

@@ -139,3 +139,29 @@ func TestCanceledContext(t *testing.T) {
 	_, err = newThrottler(b, throttler.NewManualClock(t0), nil).Allow(ctx, p, "x")
 	assert.ErrorIs(t, err, context.Canceled)
 }
+
+// TestSweepNeverLosesTheInsertingRequest is the regression test for a sweep,
+// triggered by an insert, deleting the entry that insert had just made.
+func TestSweepNeverLosesTheInsertingRequest(t *testing.T) {
+	ctx := context.Background()
+	clock := throttler.NewManualClock(t0)
+	b := memory.New()
+	th := newThrottler(b, clock, nil)
+	p, err := throttler.ParsePolicy("api", "5/min")
+	require.NoError(t, err)
+	const n = 10000
+	for i := 0; i < n; i++ {
+		_, err := th.Allow(ctx, p, fmt.Sprint("id", i))
+		require.NoError(t, err)
+	}
+	lost := 0
+	for i := 0; i < n; i++ {
+		r, err := th.Peek(ctx, p, fmt.Sprint("id", i))
+		require.NoError(t, err)
+		if r.Used != 1 {
+			lost++
+		}
+	}
+	assert.Zero(t, lost, "every identifier keeps its unit")
+	assert.Equal(t, n, b.Len())
+}
