@@ -1,0 +1,148 @@
+package rollout
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/throttlekit/throttlekit/backend/memcached"
+	"github.com/throttlekit/throttlekit/backend/redis"
+	"github.com/throttlekit/throttlekit/internal/localserver"
+	"github.com/throttlekit/throttlekit/throttler"
+)
+
+// TestMirrorMemcachedToRedis migrates from memcached (old) to Redis (new) on
+// real servers, the way an operator would: mirror at 50%, then move
+// everything to Redis mid-window, then back, and check that no identifier's
+// window is reset or its quota doubled by either move; finally a shadow
+// pass finds the two stores in agreement.
+func TestMirrorMemcachedToRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real servers")
+	}
+	mc := localserver.MemcachedT(t, localserver.MemcachedOptions{})
+	rd := localserver.RedisT(t, localserver.RedisOptions{})
+
+	mcClient, err := memcached.NewClient(time.Second, mc.Addr())
+	require.NoError(t, err)
+	oldB, err := memcached.New(mcClient, memcached.WithPrefix("rollout-test"))
+	require.NoError(t, err)
+	rdClient := goredis.NewClient(&goredis.Options{Addr: rd.Addr()})
+	t.Cleanup(func() { _ = rdClient.Close() })
+	newB, err := redis.New(rdClient, redis.WithPrefix("rollout-test:"))
+	require.NoError(t, err)
+
+	src := mustStatic(t, 50)
+	rb := mustRollout(t, oldB, newB, src, WithMode(MirrorMode))
+	// Windows of a minute and more: TTLs on the servers run on real time.
+	clock := throttler.NewManualClock(t0)
+	ctx := context.Background()
+	// A generous per-call timeout: a slow -race run must never turn into a
+	// degraded (fail-open) result.
+	th := throttler.New(rb, throttler.WithClock(clock), throttler.WithTimeout(5*time.Second))
+
+	for _, tc := range []struct{ name, limits string }{
+		{"fixed", "20/min, 100/h"},
+		{"aligned", "20/min aligned"},
+		{"gcra", "20/min gcra"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NoError(t, src.Set(50))
+			clock.Set(t0)
+			policy := mustPolicy(t, "mirror-"+tc.name, tc.limits)
+			oldV := view{th: throttler.New(oldB, throttler.WithClock(clock), throttler.WithTimeout(5*time.Second)), p: policy}
+			newV := view{th: throttler.New(newB, throttler.WithClock(clock), throttler.WithTimeout(5*time.Second)), p: policy}
+			const quota = 20
+
+			// At 50%: identifier i spends i%15+1 units, one request at a
+			// time, a second apart.
+			all := ids(24)
+			spent := map[string]int64{}
+			onNew := 0
+			for i, id := range all {
+				if rb.Side(id) == SideNew {
+					onNew++
+				}
+				for range i%15 + 1 {
+					r, err := th.Allow(ctx, policy, id)
+					require.NoError(t, err)
+					require.False(t, r.Degraded, "%v", r.Err)
+					require.True(t, r.Allowed)
+					spent[id]++
+				}
+				clock.Advance(time.Second)
+			}
+			require.True(t, onNew > 0 && onNew < len(all), "50%% puts identifiers on both sides (%d of %d on new)", onNew, len(all))
+
+			// Both stores hold the same windows (a GCRA bucket has refilled
+			// a little since, on both alike).
+			for _, id := range all {
+				o, n := oldV.peek(t, id), newV.peek(t, id)
+				if tc.name != "gcra" {
+					require.Equal(t, spent[id], o.Used, "%s on memcached", id)
+				}
+				require.Equal(t, o.Limits, n.Limits, "%s: memcached and redis differ", id)
+			}
+
+			// Everything to Redis mid-window: each identifier gets exactly
+			// what it had left, not a fresh quota.
+			require.NoError(t, src.Set(100))
+			for _, id := range all {
+				before := oldV.peek(t, id)
+				allowed := int64(0)
+				for range quota {
+					r, err := th.Allow(ctx, policy, id)
+					require.NoError(t, err)
+					require.False(t, r.Degraded, "%v", r.Err)
+					if r.Allowed {
+						allowed++
+					} else {
+						assert.True(t, r.ResetAt.Equal(before.ResetAt) || tc.name == "gcra",
+							"%s: ResetAt moved from %v to %v", id, before.ResetAt, r.ResetAt)
+					}
+				}
+				assert.Equal(t, before.Remaining, allowed, "%s: units allowed after the move to redis", id)
+				if tc.name != "gcra" {
+					assert.Equal(t, quota-spent[id], allowed, "%s: units allowed after the move to redis", id)
+				}
+			}
+
+			// And back to memcached: it mirrored the units Redis allowed.
+			require.NoError(t, src.Set(0))
+			for _, id := range all {
+				r, err := th.Allow(ctx, policy, id)
+				require.NoError(t, err)
+				require.False(t, r.Degraded, "%v", r.Err)
+				assert.False(t, r.Allowed, "%s: allowed again after moving back to memcached", id)
+			}
+			st := rb.Stats()
+			assert.Zero(t, st.SecondaryErrors)
+			assert.Zero(t, st.MirrorShortfalls)
+
+			// A shadow pass over the same stores: the two agree on every
+			// decision (a refund of one unit each first, so that the
+			// decisions allow and consume on both).
+			var mismatches []string
+			shadow := mustRollout(t, oldB, newB, src, WithMode(ShadowMode),
+				WithMismatchHandler(func(m Mismatch) {
+					mismatches = append(mismatches, fmt.Sprintf("%s: %s", m.Request.Identifier, m.Kinds))
+				}))
+			sth := throttler.New(shadow, throttler.WithClock(clock), throttler.WithTimeout(5*time.Second))
+			for _, id := range all {
+				_, err := th.Refund(ctx, policy, id, 1)
+				require.NoError(t, err)
+				r, err := sth.Allow(ctx, policy, id)
+				require.NoError(t, err)
+				require.False(t, r.Degraded, "%v", r.Err)
+				assert.True(t, r.Allowed)
+			}
+			assert.EqualValues(t, len(all), shadow.Stats().ShadowCompared)
+			assert.Empty(t, mismatches)
+		})
+	}
+}

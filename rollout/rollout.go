@@ -1,0 +1,314 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/throttlekit/throttlekit/throttler"
+)
+
+// Mode says how a Backend uses the backend that does not serve an
+// identifier.
+type Mode int
+
+const (
+	// SplitMode (the default) sends each identifier's requests only to the
+	// backend that serves it. Moving an identifier starts it afresh on the
+	// other backend.
+	SplitMode Mode = iota
+	// MirrorMode decides on the serving backend and records every unit it
+	// consumes on the other backend too, so that moving an identifier keeps
+	// its windows: neither a reset nor a doubled quota.
+	MirrorMode
+	// ShadowMode decides on the serving backend, runs the same decision on
+	// the other one and counts where they disagree. The other backend's
+	// verdict is never used.
+	ShadowMode
+)
+
+// String returns "split", "mirror" or "shadow".
+func (m Mode) String() string {
+	switch m {
+	case SplitMode:
+		return "split"
+	case MirrorMode:
+		return "mirror"
+	case ShadowMode:
+		return "shadow"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// mirrorAttempts bounds the tries to record units on a secondary backend
+// that races with other writers.
+const mirrorAttempts = 3
+
+// Backend is a throttler.Backend over an old and a new backend. For every
+// request its FlagSource says which of the two serves the identifier; the
+// Mode says what the other one sees. It implements Peeker, Refunder,
+// Resetter and Pinger, forwarding each as its doc says. It is safe for
+// concurrent use.
+type Backend struct {
+	backends    [2]throttler.Backend
+	source      FlagSource
+	mode        Mode
+	fallback    Side
+	onMismatch  func(Mismatch)
+	onSecondary func(error)
+	stats       counters
+}
+
+// Option configures a Backend.
+type Option func(*Backend)
+
+// WithMode sets the mode; the default is SplitMode.
+func WithMode(m Mode) Option { return func(b *Backend) { b.mode = m } }
+
+// WithDefaultSide sets the backend that serves every identifier while the
+// flag source has no answer yet (its Split returns nil); the default is
+// SideOld.
+func WithDefaultSide(s Side) Option { return func(b *Backend) { b.fallback = s } }
+
+// WithMismatchHandler sets a function called, in ShadowMode, with every
+// decision on which the two backends disagree. It runs on the request path:
+// it must be fast and safe for concurrent use.
+func WithMismatchHandler(f func(Mismatch)) Option { return func(b *Backend) { b.onMismatch = f } }
+
+// WithSecondaryErrorHandler sets a function called with every failure of the
+// secondary backend in MirrorMode and ShadowMode. The error wraps ErrSecondary and the backend's own error.
+// It runs on the request path: it must be fast and safe for concurrent use.
+// Such failures are counted in Stats whether or not a handler is set.
+func WithSecondaryErrorHandler(f func(error)) Option {
+	return func(b *Backend) { b.onSecondary = f }
+}
+
+// New returns a Backend that moves identifiers from oldBackend to newBackend
+// as source says. The error wraps ErrInvalidConfig.
+func New(oldBackend, newBackend throttler.Backend, source FlagSource, opts ...Option) (*Backend, error) {
+	b := &Backend{backends: [2]throttler.Backend{oldBackend, newBackend}, source: source}
+	for _, opt := range opts {
+		opt(b)
+	}
+	switch {
+	case oldBackend == nil || newBackend == nil:
+		return nil, fmt.Errorf("%w: nil backend", ErrInvalidConfig)
+	case source == nil:
+		return nil, fmt.Errorf("%w: nil flag source", ErrInvalidConfig)
+	case b.mode < SplitMode || b.mode > ShadowMode:
+		return nil, fmt.Errorf("%w: unknown mode %d", ErrInvalidConfig, int(b.mode))
+	case b.fallback != SideOld && b.fallback != SideNew:
+		return nil, fmt.Errorf("%w: unknown default side %d", ErrInvalidConfig, int(b.fallback))
+	}
+	return b, nil
+}
+
+// Mode returns the backend's mode.
+func (b *Backend) Mode() Mode { return b.mode }
+
+// Backends returns the old and the new backend.
+func (b *Backend) Backends() (oldBackend, newBackend throttler.Backend) {
+	return b.backends[SideOld], b.backends[SideNew]
+}
+
+// Side returns the backend that serves identifier now: the flag source's
+// split, or the default side before the source has an answer.
+func (b *Backend) Side(identifier string) Side {
+	if sp := b.source.Split(); sp != nil {
+		return sp.Side(identifier)
+	}
+	return b.fallback
+}
+
+// route is Side, counting decisions routed by the default.
+func (b *Backend) route(identifier string) Side {
+	if sp := b.source.Split(); sp != nil {
+		return sp.Side(identifier)
+	}
+	b.stats.defaultRouted.Add(1)
+	return b.fallback
+}
+
+// Decide implements throttler.Backend. The serving backend decides. In
+// MirrorMode, when it allows a request of cost > 0, the same units are then
+// recorded on the other backend (see MirrorMode); when it denies, neither
+// changes. In ShadowMode the other backend then decides the same request
+// and the two outcomes are compared. Failures of the other backend never
+// change the outcome returned.
+func (b *Backend) Decide(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+	side := b.route(req.Identifier)
+	out, err := b.backends[side].Decide(ctx, req)
+	if err != nil || b.mode == SplitMode {
+		return out, err
+	}
+	if b.mode == MirrorMode {
+		if out.Allowed && req.Cost > 0 {
+			b.mirror(ctx, side.other(), req)
+		}
+		return out, nil
+	}
+	b.shadow(ctx, side, req, out)
+	return out, nil
+}
+
+// mirror records req.Cost units, already allowed on the serving backend, on
+// the backend of side. The secondary decides as usual, so it takes them
+// whole when it has room; when it has less (its state diverged, say it held
+// counts from before mirroring began), it takes as many as it can hold, so
+// that it is at least as full as its limits allow. Units it cannot take are
+// counted as a shortfall.
+func (b *Backend) mirror(ctx context.Context, side Side, req throttler.Request) {
+	secondary := b.backends[side]
+	cost := req.Cost
+	for attempt := 0; attempt < mirrorAttempts && cost > 0; attempt++ {
+		try := req
+		try.Cost = cost
+		out, err := secondary.Decide(ctx, try)
+		if err != nil {
+			b.secondaryFailed(side, "mirror", err)
+			break
+		}
+		if out.Allowed {
+			b.stats.mirrored.Add(1)
+			if cost < req.Cost {
+				b.shortfall(req.Cost - cost)
+			}
+			return
+		}
+		// Denied: the secondary is fuller than the primary. What it can
+		// still hold is the smallest Remaining over its limits; a racing
+		// writer may take it first, hence the bounded retries.
+		room := headroom(req, out.States)
+		cost = min(room, cost)
+	}
+	b.shortfall(req.Cost)
+}
+
+func (b *Backend) shortfall(units int64) {
+	b.stats.mirrorShortfalls.Add(1)
+	b.stats.mirrorShortfallUnits.Add(uint64(units))
+}
+
+// headroom returns how many units one request could still consume at
+// req.Now under every limit of req.Policy, given the states a backend
+// reported.
+func headroom(req throttler.Request, states []throttler.State) int64 {
+	if len(states) != req.Policy.Len() {
+		return 0
+	}
+	r := throttler.Evaluate(req.Policy, req.Now, 0, true, states)
+	room := r.Limits[0].Remaining
+	for _, l := range r.Limits[1:] {
+		room = min(room, l.Remaining)
+	}
+	return max(room, 0)
+}
+
+// Peek implements throttler.Peeker: the serving backend answers, through
+// its own Peek when it has one, otherwise through Decide with cost 0 (the
+// throttler's fallback). The other backend is not consulted in any mode.
+func (b *Backend) Peek(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+	req.Cost = 0
+	backend := b.backends[b.Side(req.Identifier)]
+	if pk, ok := backend.(throttler.Peeker); ok {
+		return pk.Peek(ctx, req)
+	}
+	return backend.Decide(ctx, req)
+}
+
+// Refund implements throttler.Refunder. The serving backend refunds and its
+// answer is returned. In MirrorMode and ShadowMode the other backend, which
+// recorded the units too, refunds them as well; its failure is counted and
+// reported, never returned. A refund gives back up to req.Cost units and
+// never goes below zero, so a secondary that recorded fewer units (a mirror
+// shortfall, a shadow that denied) may end emptier than the primary.
+//
+// Fallback: a serving backend without Refunder makes Refund return an error
+// wrapping throttler.ErrUnsupported; a secondary without it is skipped.
+func (b *Backend) Refund(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+	side := b.Side(req.Identifier)
+	rf, ok := b.backends[side].(throttler.Refunder)
+	if !ok {
+		return throttler.Outcome{}, fmt.Errorf("%w: %s backend cannot refund", throttler.ErrUnsupported, side)
+	}
+	out, err := rf.Refund(ctx, req)
+	if err != nil || b.mode == SplitMode {
+		return out, err
+	}
+	if rf, ok := b.backends[side.other()].(throttler.Refunder); ok {
+		if _, err := rf.Refund(ctx, req); err != nil {
+			b.secondaryFailed(side.other(), "refund", err)
+		}
+	}
+	return out, nil
+}
+
+// Reset implements throttler.Resetter. It resets the identifier on both
+// backends, whichever serves it, so that a later move finds nothing stale.
+// The error joins the failures of either backend; a backend without
+// Resetter gives an error wrapping throttler.ErrUnsupported.
+func (b *Backend) Reset(ctx context.Context, p *throttler.Policy, identifier string) error {
+	var errs [2]error
+	for side, backend := range b.backends {
+		rs, ok := backend.(throttler.Resetter)
+		if !ok {
+			errs[side] = fmt.Errorf("%w: %s backend cannot reset", throttler.ErrUnsupported, Side(side))
+			continue
+		}
+		if err := rs.Reset(ctx, p, identifier); err != nil {
+			errs[side] = fmt.Errorf("%s backend: %w", Side(side), err)
+		}
+	}
+	return errors.Join(errs[:]...)
+}
+
+// Ping implements throttler.Pinger. It pings both backends, because the
+// split can send any identifier to either of them at any moment without a
+// deploy. The error joins both failures; a backend without Pinger counts as
+// reachable (the throttler's fallback).
+func (b *Backend) Ping(ctx context.Context) error {
+	var errs [2]error
+	for side, backend := range b.backends {
+		if pg, ok := backend.(throttler.Pinger); ok {
+			if err := pg.Ping(ctx); err != nil {
+				errs[side] = fmt.Errorf("%s backend: %w", Side(side), err)
+			}
+		}
+	}
+	return errors.Join(errs[:]...)
+}
+
+// secondaryFailed counts and reports a failure of the backend of side that
+// does not decide anything.
+func (b *Backend) secondaryFailed(side Side, op string, err error) {
+	b.stats.secondaryErrors.Add(1)
+	if b.onSecondary != nil {
+		b.onSecondary(fmt.Errorf("%w: %s backend, %s: %w", ErrSecondary, side, op, err))
+	}
+}
+
+var (
+	_ throttler.Backend  = (*Backend)(nil)
+	_ throttler.Peeker   = (*Backend)(nil)
+	_ throttler.Refunder = (*Backend)(nil)
+	_ throttler.Resetter = (*Backend)(nil)
+	_ throttler.Pinger   = (*Backend)(nil)
+)
+
+// counters are the Backend's statistics. Split mode touches none of them on
+// the hot path (bar decisions routed by the default), so that counting adds
+// no shared-memory traffic to the plain route.
+type counters struct {
+	defaultRouted        atomic.Uint64
+	mirrored             atomic.Uint64
+	mirrorShortfalls     atomic.Uint64
+	mirrorShortfallUnits atomic.Uint64
+	secondaryErrors      atomic.Uint64
+	compared             atomic.Uint64
+	mismatches           atomic.Uint64
+	allowedDenied        atomic.Uint64
+	deniedAllowed        atomic.Uint64
+	remainingDiffers     atomic.Uint64
+	resetDiffers         atomic.Uint64
+}

@@ -1,0 +1,513 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/throttlekit/throttlekit/backend/memory"
+	"github.com/throttlekit/throttlekit/throttler"
+)
+
+// sideIDs returns n identifiers that split sends to side.
+func sideIDs(t testing.TB, sp *Split, side Side, n int) []string {
+	t.Helper()
+	var out []string
+	for _, id := range ids(10 * n) {
+		if sp.Side(id) == side {
+			out = append(out, id)
+			if len(out) == n {
+				return out
+			}
+		}
+	}
+	t.Fatalf("fewer than %d identifiers on the %s side", n, side)
+	return nil
+}
+
+func TestNewValidates(t *testing.T) {
+	src := mustStatic(t, 10)
+	m := memory.New()
+	for name, build := range map[string]func() (*Backend, error){
+		"nil old":      func() (*Backend, error) { return New(nil, m, src) },
+		"nil new":      func() (*Backend, error) { return New(m, nil, src) },
+		"nil source":   func() (*Backend, error) { return New(m, m, nil) },
+		"bad mode":     func() (*Backend, error) { return New(m, m, src, WithMode(Mode(7))) },
+		"bad fallback": func() (*Backend, error) { return New(m, m, src, WithDefaultSide(Side(-1))) },
+	} {
+		_, err := build()
+		assert.ErrorIs(t, err, ErrInvalidConfig, name)
+	}
+	for _, p := range []int{-1, 101} {
+		_, err := NewStaticSource(p)
+		assert.ErrorIs(t, err, ErrInvalidPercent)
+		_, err = NewSplit(p, "g")
+		assert.ErrorIs(t, err, ErrInvalidPercent)
+		assert.ErrorIs(t, src.Set(p), ErrInvalidPercent)
+		assert.Equal(t, 10, src.Percent(), "a refused Set keeps the split")
+	}
+	var zero StaticSource
+	assert.Nil(t, zero.Split())
+	assert.Zero(t, zero.Percent())
+}
+
+func TestModeAndKindStrings(t *testing.T) {
+	assert.Equal(t, "split", SplitMode.String())
+	assert.Equal(t, "mirror", MirrorMode.String())
+	assert.Equal(t, "shadow", ShadowMode.String())
+	assert.Equal(t, "Mode(9)", Mode(9).String())
+	assert.Equal(t, "old", SideOld.String())
+	assert.Equal(t, "new", SideNew.String())
+	assert.Equal(t, "none", MismatchKind(0).String())
+	assert.Equal(t, "verdict|reset", (VerdictDiffers | ResetDiffers).String())
+	sp, err := NewSplit(25, "g")
+	require.NoError(t, err)
+	assert.Equal(t, "25% new (group g)", sp.String())
+	assert.Equal(t, "off: 0% new (kill switch)", killSwitch("g").String())
+}
+
+// TestStaticSplitIsStickyAndMonotone walks a static source through every
+// percentage up and down: at each step identifiers move in one direction
+// only, and the same percentage always gives the same sides.
+func TestStaticSplitIsStickyAndMonotone(t *testing.T) {
+	src := mustStatic(t, 0)
+	all := ids(2000)
+	sides := func() []Side {
+		out := make([]Side, len(all))
+		for i, id := range all {
+			out[i] = src.Split().Side(id)
+		}
+		return out
+	}
+	at := map[int][]Side{}
+	prev := sides()
+	steps := []int{}
+	for p := 1; p <= 100; p++ {
+		steps = append(steps, p)
+	}
+	for p := 99; p >= 0; p-- {
+		steps = append(steps, p)
+	}
+	last := 0
+	for _, p := range steps {
+		require.NoError(t, src.Set(p))
+		cur := sides()
+		for i := range cur {
+			if p > last {
+				require.False(t, prev[i] == SideNew && cur[i] == SideOld, "%q moved back raising to %d", all[i], p)
+			} else {
+				require.False(t, prev[i] == SideOld && cur[i] == SideNew, "%q moved up lowering to %d", all[i], p)
+			}
+		}
+		if seen, ok := at[p]; ok {
+			require.Equal(t, seen, cur, "sides at %d%% differ between visits", p)
+		}
+		at[p] = cur
+		prev, last = cur, p
+	}
+}
+
+// TestSplitModeRoutes: each identifier's decisions reach only its backend;
+// a moved identifier starts afresh, which is what mirror mode prevents.
+func TestSplitModeRoutes(t *testing.T) {
+	src := mustStatic(t, 50)
+	clock := throttler.NewManualClock(t0)
+	policy := mustPolicy(t, "api", "10/min")
+	oldB, newB := memory.New(), memory.New()
+	th := throttler.New(mustRollout(t, oldB, newB, src), throttler.WithClock(clock))
+	oldV, newV := newView(oldB, clock, policy), newView(newB, clock, policy)
+	ctx := context.Background()
+
+	idOld := sideIDs(t, src.Split(), SideOld, 1)[0]
+	idNew := sideIDs(t, src.Split(), SideNew, 1)[0]
+	for range 3 {
+		_, err := th.Allow(ctx, policy, idOld)
+		require.NoError(t, err)
+		_, err = th.Allow(ctx, policy, idNew)
+		require.NoError(t, err)
+	}
+	assert.EqualValues(t, 3, oldV.peek(t, idOld).Used)
+	assert.EqualValues(t, 0, newV.peek(t, idOld).Used)
+	assert.EqualValues(t, 0, oldV.peek(t, idNew).Used)
+	assert.EqualValues(t, 3, newV.peek(t, idNew).Used)
+
+	require.NoError(t, src.Set(100))
+	r, err := th.Allow(ctx, policy, idOld)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, r.Used, "split mode: a moved identifier starts a new window")
+}
+
+// TestMirrorMovedIdentifierKeepsWindow: in mirror mode an identifier moved
+// mid-window finds its Used and ResetAt on the new backend, and its quota
+// is not doubled.
+func TestMirrorMovedIdentifierKeepsWindow(t *testing.T) {
+	for _, lim := range []string{"10/min", "10/min aligned", "10/min gcra"} {
+		t.Run(lim, func(t *testing.T) {
+			src := mustStatic(t, 0)
+			clock := throttler.NewManualClock(t0.Add(17 * time.Second))
+			policy := mustPolicy(t, "api", lim+", 100/h")
+			oldB, newB := memory.New(), memory.New()
+			rb := mustRollout(t, oldB, newB, src, WithMode(MirrorMode))
+			th := throttler.New(rb, throttler.WithClock(clock))
+			ctx := context.Background()
+			const id = "user:42"
+
+			var before throttler.Result
+			for range 7 {
+				r, err := th.Allow(ctx, policy, id)
+				require.NoError(t, err)
+				require.True(t, r.Allowed)
+				before = r
+				clock.Advance(time.Second)
+			}
+			oldPeek := newView(oldB, clock, policy).peek(t, id)
+			newPeek := newView(newB, clock, policy).peek(t, id)
+			assert.Equal(t, oldPeek.Limits, newPeek.Limits, "the new backend mirrors the old one")
+
+			require.NoError(t, src.Set(100)) // move everything to the new backend mid-window
+			require.Equal(t, SideNew, rb.Side(id))
+			moved, err := th.Peek(ctx, policy, id)
+			require.NoError(t, err)
+			assert.Equal(t, oldPeek.Used, moved.Used)
+			assert.Equal(t, oldPeek.Remaining, moved.Remaining)
+			assert.True(t, oldPeek.ResetAt.Equal(moved.ResetAt), "ResetAt %v, want %v", moved.ResetAt, oldPeek.ResetAt)
+			if lim != "10/min gcra" {
+				assert.True(t, before.ResetAt.Equal(moved.ResetAt))
+			}
+
+			allowed := 0
+			for range 10 {
+				r, err := th.Allow(ctx, policy, id)
+				require.NoError(t, err)
+				if r.Allowed {
+					allowed++
+				}
+			}
+			assert.Equal(t, int(oldPeek.Remaining), allowed, "no doubled quota after the move")
+			assert.Zero(t, rb.Stats().MirrorShortfalls)
+		})
+	}
+}
+
+// TestMirrorDenialConsumesNothing: when the serving backend denies, neither
+// backend changes.
+func TestMirrorDenialConsumesNothing(t *testing.T) {
+	src := mustStatic(t, 0)
+	clock := throttler.NewManualClock(t0)
+	policy := mustPolicy(t, "api", "3/min")
+	oldB, newB := memory.New(), memory.New()
+	th := throttler.New(mustRollout(t, oldB, newB, src, WithMode(MirrorMode)), throttler.WithClock(clock))
+	ctx := context.Background()
+	for i := range 6 {
+		r, err := th.Allow(ctx, policy, "u")
+		require.NoError(t, err)
+		assert.Equal(t, i < 3, r.Allowed)
+	}
+	assert.EqualValues(t, 3, newView(oldB, clock, policy).peek(t, "u").Used)
+	assert.EqualValues(t, 3, newView(newB, clock, policy).peek(t, "u").Used)
+
+	// A peek through the rollout (cost 0) writes nothing anywhere.
+	_, err := th.Peek(ctx, policy, "v")
+	require.NoError(t, err)
+	assert.Zero(t, oldB.Len()+newB.Len()-2)
+}
+
+// TestMirrorShortfall: a secondary already fuller than the primary (state
+// from before mirroring) takes what room it has and the rest is counted.
+func TestMirrorShortfall(t *testing.T) {
+	src := mustStatic(t, 0)
+	clock := throttler.NewManualClock(t0)
+	policy := mustPolicy(t, "api", "10/min")
+	oldB, newB := memory.New(), memory.New()
+	newView(newB, clock, policy).allowN(t, "u", 8)
+	rb := mustRollout(t, oldB, newB, src, WithMode(MirrorMode))
+	th := throttler.New(rb, throttler.WithClock(clock))
+
+	r, err := th.AllowN(context.Background(), policy, "u", 5)
+	require.NoError(t, err)
+	require.True(t, r.Allowed)
+	assert.EqualValues(t, 5, newView(oldB, clock, policy).peek(t, "u").Used)
+	assert.EqualValues(t, 10, newView(newB, clock, policy).peek(t, "u").Used, "the secondary is filled to its limit")
+	st := rb.Stats()
+	assert.EqualValues(t, 1, st.Mirrored)
+	assert.EqualValues(t, 1, st.MirrorShortfalls)
+	assert.EqualValues(t, 3, st.MirrorShortfallUnits)
+
+	// Full secondary: nothing fits.
+	r, err = th.AllowN(context.Background(), policy, "u", 2)
+	require.NoError(t, err)
+	require.True(t, r.Allowed)
+	st = rb.Stats()
+	assert.EqualValues(t, 2, st.MirrorShortfalls)
+	assert.EqualValues(t, 5, st.MirrorShortfallUnits)
+}
+
+// TestSecondaryErrorsNeverChangeTheDecision: a failing secondary in mirror
+// and shadow modes leaves every decision as the primary made it; failures
+// are counted and reported with ErrSecondary.
+func TestSecondaryErrorsNeverChangeTheDecision(t *testing.T) {
+	for _, mode := range []Mode{MirrorMode, ShadowMode} {
+		t.Run(mode.String(), func(t *testing.T) {
+			clock := throttler.NewManualClock(t0)
+			policy := mustPolicy(t, "api", "3/min")
+			primary, broken := memory.New(), &brokenBackend{}
+			var mu sync.Mutex
+			var reported []error
+			rb := mustRollout(t, primary, broken, mustStatic(t, 0), WithMode(mode),
+				WithSecondaryErrorHandler(func(err error) { mu.Lock(); reported = append(reported, err); mu.Unlock() }))
+			th := throttler.New(rb, throttler.WithClock(clock), throttler.WithObserver(throttler.NopObserver{}))
+			ctx := context.Background()
+			for i := range 5 {
+				r, err := th.Allow(ctx, policy, "u")
+				require.NoError(t, err)
+				assert.False(t, r.Degraded)
+				assert.Equal(t, i < 3, r.Allowed, "decision %d", i)
+			}
+			_, err := th.Refund(ctx, policy, "u", 1)
+			require.NoError(t, err, "a secondary refund failure is not the caller's")
+
+			st := rb.Stats()
+			want := 3 + 1 // mirror: three allowed decisions and the refund
+			if mode == ShadowMode {
+				want = 5 + 1 // shadow: every decision and the refund
+			}
+			assert.EqualValues(t, want, st.SecondaryErrors)
+			mu.Lock()
+			defer mu.Unlock()
+			require.Len(t, reported, want)
+			for _, err := range reported {
+				assert.ErrorIs(t, err, ErrSecondary)
+				assert.ErrorIs(t, err, errInjected)
+			}
+		})
+	}
+}
+
+// TestShadowCountsMismatchesByKind builds two memory backends with
+// different histories and checks each kind of disagreement is counted, in
+// both directions of the verdict, and reported to the handler.
+func TestShadowCountsMismatchesByKind(t *testing.T) {
+	clock := throttler.NewManualClock(t0)
+	policy := mustPolicy(t, "api", "5/min")
+	primary, shadow := memory.New(), memory.New()
+	pv, sv := newView(primary, clock, policy), newView(shadow, clock, policy)
+
+	// Prior state, before the rollout exists, all at t0 (the time of the
+	// decisions) so that windows open together, except where a difference
+	// in ResetAt is the point:
+	pv.allowN(t, "same", 2) // identical histories
+	sv.allowN(t, "same", 2)
+	sv.allowN(t, "shadow-full", 5)  // shadow denies what primary allows
+	pv.allowN(t, "primary-full", 5) // primary denies what shadow allows
+	sv.allowN(t, "more-used", 2)    // both allow, Remaining differs
+	sv.allowN(t, "later-window", 1) // same Used, windows opened 10 s apart
+	clock.Set(t0.Add(-10 * time.Second))
+	pv.allowN(t, "later-window", 1)
+	clock.Set(t0)
+
+	var mu sync.Mutex
+	seen := map[string]MismatchKind{}
+	rb := mustRollout(t, primary, shadow, mustStatic(t, 0), WithMode(ShadowMode),
+		WithMismatchHandler(func(m Mismatch) {
+			mu.Lock()
+			defer mu.Unlock()
+			assert.Equal(t, SideOld, m.Primary)
+			assert.Equal(t, m.Request.Identifier, m.PrimaryResult.Identifier)
+			seen[m.Request.Identifier] |= m.Kinds
+		}))
+	th := throttler.New(rb, throttler.WithClock(clock))
+	ctx := context.Background()
+	verdicts := map[string]bool{}
+	for _, id := range []string{"same", "shadow-full", "primary-full", "more-used", "later-window", "fresh"} {
+		r, err := th.Allow(ctx, policy, id)
+		require.NoError(t, err)
+		verdicts[id] = r.Allowed
+	}
+	assert.Equal(t, map[string]bool{"same": true, "shadow-full": true, "primary-full": false,
+		"more-used": true, "later-window": true, "fresh": true}, verdicts, "the primary decides")
+
+	st := rb.Stats()
+	assert.EqualValues(t, 6, st.ShadowCompared)
+	assert.EqualValues(t, 4, st.ShadowMismatches)
+	assert.EqualValues(t, 1, st.AllowedDenied)
+	assert.EqualValues(t, 1, st.DeniedAllowed)
+	assert.EqualValues(t, 3, st.RemainingDiffers) // shadow-full, primary-full, more-used
+	assert.EqualValues(t, 1, st.ResetDiffers)     // later-window
+	assert.Zero(t, st.SecondaryErrors)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, map[string]MismatchKind{
+		"shadow-full":  VerdictDiffers | RemainingDiffers,
+		"primary-full": VerdictDiffers | RemainingDiffers,
+		"more-used":    RemainingDiffers,
+		"later-window": ResetDiffers,
+	}, seen)
+}
+
+// TestShadowPrimaryIsTheServingSide: at 100% the new backend decides and
+// the old one shadows.
+func TestShadowPrimaryIsTheServingSide(t *testing.T) {
+	clock := throttler.NewManualClock(t0)
+	policy := mustPolicy(t, "api", "1/min")
+	oldB, newB := memory.New(), memory.New()
+	newView(oldB, clock, policy).allowN(t, "u", 1)
+	var got Mismatch
+	rb := mustRollout(t, oldB, newB, mustStatic(t, 100), WithMode(ShadowMode),
+		WithMismatchHandler(func(m Mismatch) { got = m }))
+	r, err := throttler.New(rb, throttler.WithClock(clock)).Allow(context.Background(), policy, "u")
+	require.NoError(t, err)
+	assert.True(t, r.Allowed, "the new backend, empty, decides")
+	assert.Equal(t, SideNew, got.Primary)
+	// Both end full (1/min): only the verdicts differ.
+	assert.Equal(t, VerdictDiffers, got.Kinds)
+	assert.False(t, got.ShadowResult.Allowed)
+}
+
+// TestOptionalInterfaces checks the forwarding of Peek, Refund, Reset and
+// Ping, and their fallbacks.
+func TestOptionalInterfaces(t *testing.T) {
+	clock := throttler.NewManualClock(t0)
+	policy := mustPolicy(t, "api", "10/min")
+	ctx := context.Background()
+
+	t.Run("refund goes to the serving backend in split mode", func(t *testing.T) {
+		oldB, newB := memory.New(), memory.New()
+		newView(newB, clock, policy).allowN(t, "u", 4)
+		newView(oldB, clock, policy).allowN(t, "u", 4)
+		th := throttler.New(mustRollout(t, oldB, newB, mustStatic(t, 100)), throttler.WithClock(clock))
+		r, err := th.Refund(ctx, policy, "u", 3)
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, r.Used)
+		assert.EqualValues(t, 4, newView(oldB, clock, policy).peek(t, "u").Used)
+	})
+	t.Run("refund goes to both in mirror mode", func(t *testing.T) {
+		oldB, newB := memory.New(), memory.New()
+		th := throttler.New(mustRollout(t, oldB, newB, mustStatic(t, 0), WithMode(MirrorMode)), throttler.WithClock(clock))
+		_, err := th.AllowN(ctx, policy, "u", 4)
+		require.NoError(t, err)
+		_, err = th.Refund(ctx, policy, "u", 3)
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, newView(oldB, clock, policy).peek(t, "u").Used)
+		assert.EqualValues(t, 1, newView(newB, clock, policy).peek(t, "u").Used)
+	})
+	t.Run("refund without Refunder", func(t *testing.T) {
+		th := throttler.New(mustRollout(t, decideOnly{memory.New()}, memory.New(), mustStatic(t, 0)),
+			throttler.WithClock(clock), throttler.WithObserver(throttler.NopObserver{}))
+		_, err := th.Refund(ctx, policy, "u", 1)
+		assert.ErrorIs(t, err, throttler.ErrUnsupported)
+	})
+	t.Run("reset resets both", func(t *testing.T) {
+		oldB, newB := memory.New(), memory.New()
+		newView(oldB, clock, policy).allowN(t, "u", 4)
+		newView(newB, clock, policy).allowN(t, "u", 4)
+		th := throttler.New(mustRollout(t, oldB, newB, mustStatic(t, 0)), throttler.WithClock(clock))
+		require.NoError(t, th.Reset(ctx, policy, "u"))
+		assert.EqualValues(t, 0, newView(oldB, clock, policy).peek(t, "u").Used)
+		assert.EqualValues(t, 0, newView(newB, clock, policy).peek(t, "u").Used)
+	})
+	t.Run("reset reports either failure", func(t *testing.T) {
+		oldB := memory.New()
+		newView(oldB, clock, policy).allowN(t, "u", 4)
+		rb := mustRollout(t, oldB, &brokenBackend{}, mustStatic(t, 0))
+		err := rb.Reset(ctx, policy, "u")
+		assert.ErrorIs(t, err, errInjected)
+		assert.EqualValues(t, 0, newView(oldB, clock, policy).peek(t, "u").Used, "the healthy side is reset anyway")
+		err = mustRollout(t, oldB, decideOnly{memory.New()}, mustStatic(t, 0)).Reset(ctx, policy, "u")
+		assert.ErrorIs(t, err, throttler.ErrUnsupported)
+	})
+	t.Run("peek asks only the serving backend", func(t *testing.T) {
+		oldB, broken := memory.New(), &brokenBackend{}
+		newView(oldB, clock, policy).allowN(t, "u", 4)
+		for _, mode := range []Mode{SplitMode, MirrorMode, ShadowMode} {
+			th := throttler.New(mustRollout(t, oldB, broken, mustStatic(t, 0), WithMode(mode)), throttler.WithClock(clock))
+			r, err := th.Peek(ctx, policy, "u")
+			require.NoError(t, err)
+			assert.False(t, r.Degraded)
+			assert.EqualValues(t, 4, r.Used)
+		}
+		assert.Zero(t, broken.calls.Load())
+	})
+	t.Run("ping pings both", func(t *testing.T) {
+		assert.NoError(t, mustRollout(t, memory.New(), decideOnly{memory.New()}, mustStatic(t, 0)).Ping(ctx))
+		err := mustRollout(t, memory.New(), &brokenBackend{}, mustStatic(t, 0)).Ping(ctx)
+		assert.ErrorIs(t, err, errInjected)
+		th := throttler.New(mustRollout(t, memory.New(), &brokenBackend{}, mustStatic(t, 0)))
+		assert.ErrorIs(t, th.Ping(ctx), throttler.ErrBackend)
+	})
+}
+
+// TestPrimaryErrorIsReturned: the serving backend's failure is the
+// throttler's to handle (failure mode, degraded result), and no secondary
+// call is made.
+func TestPrimaryErrorIsReturned(t *testing.T) {
+	for _, mode := range []Mode{SplitMode, MirrorMode, ShadowMode} {
+		secondary := memory.New()
+		rb := mustRollout(t, &brokenBackend{}, secondary, mustStatic(t, 0), WithMode(mode))
+		_, err := rb.Decide(context.Background(), throttler.Request{
+			Policy: mustPolicy(t, "api", "1/min"), Identifier: "u", Cost: 1, Now: t0})
+		assert.True(t, errors.Is(err, errInjected), "mode %s: %v", mode, err)
+		assert.Zero(t, secondary.Len())
+	}
+}
+
+// TestConcurrentSetAndDecide runs decisions while the percentage moves, for
+// the race detector: routing reads one published split per decision.
+func TestConcurrentSetAndDecide(t *testing.T) {
+	src := mustStatic(t, 0)
+	policy := mustPolicy(t, "api", "1000000/h")
+	th := throttler.New(mustRollout(t, memory.New(), memory.New(), src, WithMode(MirrorMode)),
+		throttler.WithClock(throttler.NewManualClock(t0)))
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 2000; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r, err := th.Allow(ctx, policy, ids(8)[(i+w)%8])
+				if err != nil || !r.Allowed || r.Degraded {
+					t.Errorf("decision %d: %v %+v", i, err, r)
+					return
+				}
+			}
+		}()
+	}
+	for p := 0; p <= 100; p += 5 {
+		require.NoError(t, src.Set(p))
+	}
+	close(stop)
+	wg.Wait()
+}
+
+// TestDefaultSide: a source without an answer sends everything to the
+// default side, counted in Stats.
+func TestDefaultSide(t *testing.T) {
+	oldB, newB := memory.New(), memory.New()
+	for _, side := range []Side{SideOld, SideNew} {
+		rb := mustRollout(t, oldB, newB, nilSource{}, WithDefaultSide(side))
+		for _, id := range ids(50) {
+			require.Equal(t, side, rb.Side(id))
+		}
+		_, err := rb.Decide(context.Background(), throttler.Request{
+			Policy: mustPolicy(t, "api", "1/min"), Identifier: "u", Cost: 1, Now: t0})
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, rb.Stats().DefaultRouted)
+		o, n := rb.Backends()
+		assert.Same(t, oldB, o)
+		assert.Same(t, newB, n)
+		assert.Equal(t, SplitMode, rb.Mode())
+	}
+	assert.Equal(t, 1, oldB.Len())
+	assert.Equal(t, 1, newB.Len())
+}
