@@ -39,6 +39,14 @@ func (t *Throttler) AllowAll(ctx context.Context, cost int64, subjects ...Subjec
 			return Result{}, err
 		}
 	}
+	// A cost some subject can never hold is answered before anything is
+	// spent, the same way AllowN answers it.
+	for _, s := range subjects {
+		if cost > s.Policy.capacity() {
+			r, err := t.neverAllowed(ctx, Request{Policy: s.Policy, Identifier: s.Identifier, Cost: cost, Now: t.clock.Now()})
+			return combine([]Result{r}), err
+		}
+	}
 	if _, ok := t.backend.(Refunder); !ok && cost > 0 {
 		for i, s := range subjects {
 			r, err := t.Peek(ctx, s.Policy, s.Identifier)

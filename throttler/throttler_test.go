@@ -249,3 +249,25 @@ func TestResultTimesKeepTheClockLocation(t *testing.T) {
 	assert.Equal(t, loc, r.Limits[0].ResetAt.Location())
 	assert.Equal(t, loc, r.Limits[1].ResetAt.Location())
 }
+
+func TestAllowAllNeverAllowedSpendsNothing(t *testing.T) {
+	ctx := context.Background()
+	for name, b := range map[string]throttler.Backend{"refunder": memory.New(), "peek-first": noRefund{memory.New()}} {
+		t.Run(name, func(t *testing.T) {
+			th := throttler.New(b, throttler.WithClock(throttler.NewManualClock(t0)))
+			wide := policy(t, "100/min")
+			narrow, err := throttler.ParsePolicy("narrow", "3/min")
+			require.NoError(t, err)
+			r, err := th.AllowAll(ctx, 5,
+				throttler.Subject{Policy: wide, Identifier: "ip"},
+				throttler.Subject{Policy: narrow, Identifier: "user"})
+			require.ErrorIs(t, err, throttler.ErrCostExceedsLimit)
+			assert.True(t, r.NeverAllowed)
+			assert.Equal(t, throttler.Never, r.RetryAfter)
+			assert.Equal(t, "narrow", r.Policy)
+			peek, err := th.Peek(ctx, wide, "ip")
+			require.NoError(t, err)
+			assert.Zero(t, peek.Used, "nothing spent on the other subject")
+		})
+	}
+}

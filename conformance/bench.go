@@ -1,0 +1,139 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/throttlekit/throttlekit/throttler"
+)
+
+// manyIdentifiers is how many identifiers the spread-out benchmarks cycle
+// through.
+const manyIdentifiers = 10_000
+
+// RunBenchmarks measures a backend through a Throttler on the wall clock
+// (throttler.SystemClock), each sub-benchmark with a fresh harness from
+// newHarness, at 1, 16 and 64 goroutines (explicit goroutines, so the
+// count is what the name says whatever GOMAXPROCS is):
+//
+//   - HotIdentifier: every decision for one identifier, the worst case for
+//     a store's lock or a Redis key;
+//   - ManyIdentifiers: decisions spread over 10,000 identifiers;
+//   - ThreeLimitPolicy: one identifier under a policy of three limits (a
+//     second, minute and hour limit), decided together;
+//   - Peek: peeks at one identifier (through Peeker when the backend has
+//     it, otherwise Decide with cost 0).
+//
+// Quotas are high enough that every decision is allowed, so the
+// benchmarks measure the path that writes. Each reports decisions/s. A
+// decision that fails or degrades fails the benchmark.
+func RunBenchmarks(b *testing.B, newHarness HarnessMaker) {
+	huge := throttler.MaxQuota
+	hot := benchPolicy(b, "bench-hot", throttler.PerHour(huge).Named("hour"))
+	three := benchPolicy(b, "bench-three",
+		throttler.PerSecond(huge).Named("second"),
+		throttler.PerMinute(huge).Named("minute"),
+		throttler.PerHour(huge).Named("hour"))
+	many := make([]string, manyIdentifiers)
+	for i := range many {
+		many[i] = fmt.Sprintf("user:%d", i)
+	}
+	for _, c := range []struct {
+		name string
+		p    *throttler.Policy
+		ids  []string
+		peek bool
+	}{
+		{"HotIdentifier", hot, []string{"hot"}, false},
+		{"ManyIdentifiers", hot, many, false},
+		{"ThreeLimitPolicy", three, []string{"hot"}, false},
+		{"Peek", hot, []string{"hot"}, true},
+	} {
+		for _, goroutines := range []int{1, 16, 64} {
+			b.Run(fmt.Sprintf("%s/goroutines=%d", c.name, goroutines), func(b *testing.B) {
+				benchDecisions(b, newHarness, goroutines, c.p, c.ids, c.peek)
+			})
+		}
+	}
+}
+
+func benchPolicy(b *testing.B, name string, limits ...throttler.Limit) *throttler.Policy {
+	b.Helper()
+	p, err := throttler.NewPolicy(name, limits)
+	if err != nil {
+		b.Fatalf("NewPolicy(%q): %v", name, err)
+	}
+	return p
+}
+
+// benchDecisions runs b.N decisions split over goroutines, goroutine g
+// cycling through ids from its own offset.
+func benchDecisions(b *testing.B, newHarness HarnessMaker, goroutines int, p *throttler.Policy, ids []string, peek bool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	h, err := newHarness(ctx, b)
+	if err != nil {
+		b.Fatalf("making harness: %v", err)
+	}
+	b.Cleanup(h.Close)
+	backend, err := h.MakeBackend(ctx)
+	if err != nil {
+		b.Fatalf("MakeBackend: %v", err)
+	}
+	failures := &failureLog{}
+	thr := throttler.New(backend,
+		throttler.WithClock(throttler.SystemClock{}),
+		throttler.WithObserver(failures),
+		throttler.WithTimeout(callTimeout))
+	var (
+		failed   atomic.Int64
+		firstErr atomic.Value
+		wg       sync.WaitGroup
+	)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for g := range goroutines {
+		n := b.N / goroutines
+		if g < b.N%goroutines {
+			n++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			next := (g * 7919) % len(ids)
+			for range n {
+				var (
+					r   throttler.Result
+					err error
+				)
+				if peek {
+					r, err = thr.Peek(ctx, p, ids[next])
+				} else {
+					r, err = thr.AllowN(ctx, p, ids[next], 1)
+				}
+				if err == nil && r.Degraded {
+					err = r.Err
+				}
+				if err != nil {
+					if failed.Add(1) == 1 {
+						firstErr.Store(err.Error())
+					}
+				}
+				if next++; next == len(ids) {
+					next = 0
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d of %d decisions failed; first: %v", n, b.N, firstErr.Load())
+	}
+	if s := b.Elapsed().Seconds(); s > 0 {
+		b.ReportMetric(float64(b.N)/s, "decisions/s")
+	}
+}

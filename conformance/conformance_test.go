@@ -1,0 +1,426 @@
+package conformance_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttlekit/conformance"
+	"github.com/throttlekit/throttlekit/throttler"
+)
+
+// The suite is checked both ways: a correct reference backend passes it,
+// and each deliberately broken variant of that backend fails it in the
+// subtests meant to catch that fault.
+
+// TestConformance runs the suite against the reference backend, which
+// implements every optional interface.
+func TestConformance(t *testing.T) {
+	conformance.Run(t, referenceMaker(correct, false))
+}
+
+// TestConformanceMinimalBackend runs the suite against a reference backend
+// with Decide alone: the optional capabilities' subtests skip, and
+// AllowAll's peek-first fallback still gives nothing away.
+func TestConformanceMinimalBackend(t *testing.T) {
+	conformance.Run(t, referenceMaker(correct, true))
+}
+
+// TestSubtestNames checks the suite's size and that its names are unique,
+// since doc.go's table and backends' -run patterns refer to them.
+func TestSubtestNames(t *testing.T) {
+	names := conformance.SubtestNames()
+	if len(names) < 40 {
+		t.Errorf("%d subtests, want at least 40", len(names))
+	}
+	seen := map[string]bool{}
+	for _, n := range names {
+		if seen[n] {
+			t.Errorf("subtest %q listed twice", n)
+		}
+		seen[n] = true
+	}
+}
+
+// fault names a deliberately broken behaviour of the reference backend.
+type fault string
+
+const (
+	correct fault = ""
+	// consumesOnDenial counts denied requests, as peers that make raising a
+	// limit useless until the window ends do.
+	consumesOnDenial fault = "consumes-on-denial"
+	// slidingResetAt stores End = now + Window on every call, so ResetAt
+	// wobbles (what GitHub's Fix 1 removed).
+	slidingResetAt fault = "sliding-reset-at"
+	// closedWindowLivesOn keeps counting a window after its End passed, as
+	// a store trusting an unexpired TTL or a lagging replica does.
+	closedWindowLivesOn fault = "closed-window-lives-on"
+	// notAtomic reads, yields, then writes: concurrent requests overwrite
+	// each other's units.
+	notAtomic fault = "not-atomic"
+	// boundaryInclusive treats a window as open while now <= End, one
+	// millisecond too long.
+	boundaryInclusive fault = "boundary-inclusive"
+	// refundUnclamped refunds below zero units and below now.
+	refundUnclamped fault = "refund-unclamped"
+	// hangsUntilCanceled blocks every Decide until its context is done.
+	hangsUntilCanceled fault = "hangs-until-canceled"
+	// hangsForever blocks every Decide, ignoring its context.
+	hangsForever fault = "hangs-forever"
+)
+
+// brokenBackendEnv names the fault TestBrokenBackendChild runs the suite
+// against, in the child process TestBrokenBackendsFail starts.
+const brokenBackendEnv = "CONFORMANCE_TEST_BROKEN_BACKEND"
+
+// TestBrokenBackendsFail re-runs this test binary once per fault and checks
+// that the suite fails, in at least the subtests that guard against that
+// fault.
+func TestBrokenBackendsFail(t *testing.T) {
+	for _, c := range []struct {
+		fault fault
+		want  []string
+	}{
+		{consumesOnDenial, []string{"DenialConsumesNothingFixed", "DenialConsumesNothingGCRA", "PolicyAllOrNothing",
+			"GCRATimeline", "DifferentialAgainstModel"}},
+		{slidingResetAt, []string{"ResetAtStableWithinWindow", "ResetAtStableAcrossInstancesSkew700ms",
+			"ResetAtStableAcrossInstancesSkew1s", "FixedWindowAnchoredTimeline", "DifferentialAgainstModel"}},
+		{closedWindowLivesOn, []string{"ClosedWindowIgnored", "ClosedWindowAcrossInstances",
+			"FixedWindowAnchoredTimeline", "FixedWindowAlignedTimeline", "DifferentialAgainstModel"}},
+		{notAtomic, []string{"ConcurrentFixedWindowExact", "ConcurrentAlignedWindowExact", "ConcurrentGCRAExact",
+			"ConcurrentPolicyAllOrNothing", "ConcurrentTwoInstances", "ConcurrentDistinctIdentifiers"}},
+		{boundaryInclusive, []string{"FixedWindowAnchoredBoundary", "FixedWindowAlignedBoundary", "ClosedWindowIgnored",
+			"FixedWindowAnchoredTimeline"}},
+		// A negative fixed-window count is healed by throttler.Decide, which
+		// this backend calls, so only the GCRA half of the fault shows.
+		{refundUnclamped, []string{"RefundGCRA"}},
+	} {
+		t.Run(string(c.fault), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestBrokenBackendChild$", "-test.count=1", "-test.timeout=3m")
+			cmd.Env = append(os.Environ(), brokenBackendEnv+"="+string(c.fault))
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) {
+				t.Fatalf("child run: err = %v, want a non-zero exit; output:\n%s", err, out)
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("child run did not finish in time; output:\n%s", out)
+			}
+			failed := failedSubtests(string(out))
+			t.Logf("the suite failed %d subtests: %s", len(failed), strings.Join(failed, ", "))
+			for _, name := range c.want {
+				if !contains(failed, name) {
+					t.Errorf("subtest %s did not fail against the %s backend", name, c.fault)
+				}
+			}
+			if strings.Contains(string(out), "panic:") {
+				t.Errorf("the child panicked instead of failing cleanly:\n%s", out)
+			}
+		})
+	}
+}
+
+// TestWatchdog checks that a subtest whose backend hangs fails instead of
+// hanging: through its context when the backend honours it, through the
+// watchdog's panic, naming the subtest, when it does not. The child runs
+// one subtest with a 1 s timeout and a 1 s grace.
+func TestWatchdog(t *testing.T) {
+	for _, c := range []struct {
+		fault fault
+		want  string
+	}{
+		{hangsUntilCanceled, "--- FAIL: TestBrokenBackendChild/FixedWindowAnchoredTimeline"},
+		{hangsForever, "conformance: TestBrokenBackendChild/FixedWindowAnchoredTimeline still running"},
+	} {
+		t.Run(string(c.fault), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestBrokenBackendChild$/^FixedWindowAnchoredTimeline$",
+				"-test.count=1", "-test.timeout=1m")
+			cmd.Env = append(os.Environ(), brokenBackendEnv+"="+string(c.fault))
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || ctx.Err() != nil {
+				t.Fatalf("child run: err = %v, want a non-zero exit in time; output:\n%s", err, out)
+			}
+			if !strings.Contains(string(out), c.want) {
+				t.Errorf("child output lacks %q:\n%s", c.want, out)
+			}
+			if c.fault == hangsUntilCanceled && strings.Contains(string(out), "panic:") {
+				t.Errorf("a backend honouring its context made the suite panic:\n%s", out)
+			}
+		})
+	}
+}
+
+// TestBrokenBackendChild runs the suite against the broken backend that
+// brokenBackendEnv names; it is meant to fail, so it runs only as
+// TestBrokenBackendsFail's child.
+func TestBrokenBackendChild(t *testing.T) {
+	f := fault(os.Getenv(brokenBackendEnv))
+	if f == correct {
+		t.Skip("runs only as TestBrokenBackendsFail's child process")
+	}
+	if f == hangsUntilCanceled || f == hangsForever {
+		conformance.SetTimeouts(time.Second, time.Second)
+	}
+	conformance.Run(t, referenceMaker(f, false))
+}
+
+var failLine = regexp.MustCompile(`--- FAIL: TestBrokenBackendChild/(\S+)`)
+
+func failedSubtests(out string) []string {
+	var names []string
+	for _, m := range failLine.FindAllStringSubmatch(out, -1) {
+		names = append(names, m[1])
+	}
+	sort.Strings(names)
+	return names
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// referenceMaker returns a HarnessMaker whose harnesses share one fresh
+// in-memory store between all the backends they make. minimal strips the
+// optional interfaces.
+func referenceMaker(f fault, minimal bool) conformance.HarnessMaker {
+	return func(ctx context.Context, tb testing.TB) (conformance.Harness, error) {
+		return &referenceHarness{store: &store{states: map[stateKey]throttler.State{}}, fault: f, minimal: minimal}, nil
+	}
+}
+
+type referenceHarness struct {
+	store   *store
+	fault   fault
+	minimal bool
+}
+
+func (h *referenceHarness) MakeBackend(ctx context.Context) (throttler.Backend, error) {
+	b := &referenceBackend{store: h.store, fault: h.fault}
+	if h.minimal {
+		return decideOnly{b}, nil
+	}
+	return b, nil
+}
+
+func (h *referenceHarness) Close() {}
+
+// Limitations declares, for the minimal backend, the weaker guarantee
+// memcached documents, so that the suite's relaxed path runs too.
+func (h *referenceHarness) Limitations() conformance.Limits {
+	return conformance.Limits{CostAboveOneInexactUnderConcurrency: h.minimal}
+}
+
+// decideOnly hides every optional interface of the backend it wraps.
+type decideOnly struct{ b throttler.Backend }
+
+func (d decideOnly) Decide(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+	return d.b.Decide(ctx, req)
+}
+
+// store is the state every backend of one harness shares: a map under one
+// mutex, keyed like a real store by policy, limit identity and identifier.
+type store struct {
+	mu     sync.Mutex
+	states map[stateKey]throttler.State
+}
+
+type stateKey struct{ policy, limit, id string }
+
+func (s *store) load(req throttler.Request) []throttler.State {
+	states := make([]throttler.State, req.Policy.Len())
+	for i := range states {
+		states[i] = s.states[stateKey{req.Policy.PolicyKey(), req.Policy.LimitKey(i), req.Identifier}]
+	}
+	return states
+}
+
+func (s *store) save(req throttler.Request, states []throttler.State) {
+	for i, st := range states {
+		s.states[stateKey{req.Policy.PolicyKey(), req.Policy.LimitKey(i), req.Identifier}] = st
+	}
+}
+
+// referenceBackend decides with throttler.Decide and throttler.Refund under
+// the store's lock, unless its fault says otherwise.
+type referenceBackend struct {
+	store *store
+	fault fault
+}
+
+var (
+	_ throttler.Backend  = (*referenceBackend)(nil)
+	_ throttler.Peeker   = (*referenceBackend)(nil)
+	_ throttler.Refunder = (*referenceBackend)(nil)
+	_ throttler.Resetter = (*referenceBackend)(nil)
+	_ throttler.Pinger   = (*referenceBackend)(nil)
+)
+
+func (b *referenceBackend) Decide(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+	switch b.fault {
+	case hangsUntilCanceled:
+		<-ctx.Done()
+	case hangsForever:
+		select {}
+	}
+	if err := ctx.Err(); err != nil {
+		return throttler.Outcome{}, err
+	}
+	if b.fault == notAtomic {
+		b.store.mu.Lock()
+		states := b.store.load(req)
+		b.store.mu.Unlock()
+		runtime.Gosched()
+		time.Sleep(20 * time.Microsecond)
+		allowed, next := throttler.Decide(req.Policy, req.Now, req.Cost, states)
+		b.store.mu.Lock()
+		b.store.save(req, next)
+		b.store.mu.Unlock()
+		return throttler.Outcome{Allowed: allowed, States: next}, nil
+	}
+	b.store.mu.Lock()
+	defer b.store.mu.Unlock()
+	states := b.store.load(req)
+	b.reviveClosedWindows(req, states)
+	allowed, next := throttler.Decide(req.Policy, req.Now, req.Cost, states)
+	switch {
+	case b.fault == consumesOnDenial && !allowed && req.Cost > 0:
+		next = consumeAnyway(req, states)
+	case b.fault == slidingResetAt:
+		slideWindows(req, next)
+	}
+	b.store.save(req, next)
+	return throttler.Outcome{Allowed: allowed, States: next}, nil
+}
+
+func (b *referenceBackend) Peek(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+	if err := ctx.Err(); err != nil {
+		return throttler.Outcome{}, err
+	}
+	b.store.mu.Lock()
+	defer b.store.mu.Unlock()
+	states := b.store.load(req)
+	b.reviveClosedWindows(req, states)
+	allowed, _ := throttler.Decide(req.Policy, req.Now, 0, states)
+	return throttler.Outcome{Allowed: allowed, States: states}, nil
+}
+
+func (b *referenceBackend) Refund(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+	if err := ctx.Err(); err != nil {
+		return throttler.Outcome{}, err
+	}
+	b.store.mu.Lock()
+	defer b.store.mu.Unlock()
+	var next []throttler.State
+	if b.fault == refundUnclamped {
+		next = refundWithoutClamps(req, b.store.load(req))
+	} else {
+		next = throttler.Refund(req.Policy, req.Now, req.Cost, b.store.load(req))
+	}
+	b.store.save(req, next)
+	return throttler.Outcome{Allowed: true, States: next}, nil
+}
+
+func (b *referenceBackend) Reset(ctx context.Context, p *throttler.Policy, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.store.mu.Lock()
+	defer b.store.mu.Unlock()
+	for i := 0; i < p.Len(); i++ {
+		delete(b.store.states, stateKey{p.PolicyKey(), p.LimitKey(i), id})
+	}
+	return nil
+}
+
+func (b *referenceBackend) Ping(ctx context.Context) error { return ctx.Err() }
+
+// reviveClosedWindows makes closed fixed windows look open one more
+// millisecond, keeping their count: every closed window for
+// closedWindowLivesOn, the one closing exactly now for boundaryInclusive.
+func (b *referenceBackend) reviveClosedWindows(req throttler.Request, states []throttler.State) {
+	nowMs := req.Now.UnixMilli()
+	for i := range states {
+		if req.Policy.Limit(i).Algorithm == throttler.GCRA || states[i].End == 0 {
+			continue
+		}
+		if b.fault == closedWindowLivesOn && states[i].End <= nowMs || b.fault == boundaryInclusive && states[i].End == nowMs {
+			states[i].End = nowMs + 1
+		}
+	}
+}
+
+// refundWithoutClamps gives back n units of every stored state, below zero
+// and below now.
+func refundWithoutClamps(req throttler.Request, states []throttler.State) []throttler.State {
+	for i := range states {
+		l := req.Policy.Limit(i)
+		if l.Algorithm == throttler.GCRA {
+			if states[i].End != 0 {
+				states[i].End -= req.Cost * ((l.Window.Microseconds() + l.Max - 1) / l.Max)
+			}
+			continue
+		}
+		states[i].Used -= req.Cost
+	}
+	return states
+}
+
+// consumeAnyway charges a denied request to every limit.
+func consumeAnyway(req throttler.Request, states []throttler.State) []throttler.State {
+	next := append([]throttler.State(nil), states...)
+	nowMs, nowUs := req.Now.UnixMilli(), req.Now.UnixMicro()
+	for i := range next {
+		l := req.Policy.Limit(i)
+		s := &next[i]
+		switch {
+		case l.Algorithm == throttler.GCRA:
+			t := (l.Window.Microseconds() + l.Max - 1) / l.Max
+			s.End = max(s.End, nowUs) + req.Cost*t
+		case s.End > nowMs:
+			s.Used += req.Cost
+		default:
+			w := l.Window.Milliseconds()
+			s.Used, s.End = req.Cost, nowMs+w
+			if l.Algorithm == throttler.AlignedWindow {
+				s.End = (nowMs/w + 1) * w
+			}
+		}
+	}
+	return next
+}
+
+// slideWindows moves every open fixed window's end to now + Window.
+func slideWindows(req throttler.Request, states []throttler.State) {
+	nowMs := req.Now.UnixMilli()
+	for i := range states {
+		l := req.Policy.Limit(i)
+		if l.Algorithm != throttler.GCRA && states[i].End > nowMs {
+			states[i].End = nowMs + l.Window.Milliseconds()
+		}
+	}
+}
+
+// BenchmarkReference runs the benchmarks against the reference backend, a
+// baseline for the real backends' numbers.
+func BenchmarkReference(b *testing.B) {
+	conformance.RunBenchmarks(b, referenceMaker(correct, false))
+}

@@ -1,0 +1,187 @@
+// Package conformance is the executable form of throttlekit's behaviour
+// contract (SPEC.md): a test suite any throttler.Backend must pass, in or
+// outside this repository, and a reference model of the contract.
+//
+// Its production code imports only the standard library and package
+// throttler, so a backend written elsewhere can import it cheaply.
+//
+// # Using the suite
+//
+// A backend's test file supplies a HarnessMaker: a function that returns a
+// fresh Harness for each subtest. A Harness makes backends that share one
+// store (the suite builds several throttlers over several backends of one
+// harness, with clocks apart, as a fleet of processes would) and releases
+// the store on Close. State must not leak from one harness to the next: use
+// a new key prefix, a flushed server or a new in-memory store. A test file
+// for a backend outside this repository is about this long:
+//
+//	package mystore_test
+//
+//	import (
+//		"context"
+//		"testing"
+//
+//		"example.com/mystore"
+//		"github.com/throttlekit/throttlekit/conformance"
+//		"github.com/throttlekit/throttlekit/throttler"
+//	)
+//
+//	type harness struct {
+//		server *mystore.TestServer
+//		prefix string
+//	}
+//
+//	// MakeBackend returns another client of the same server and prefix.
+//	func (h *harness) MakeBackend(ctx context.Context) (throttler.Backend, error) {
+//		return mystore.New(h.server.Addr(), mystore.WithKeyPrefix(h.prefix))
+//	}
+//
+//	func (h *harness) Close() {}
+//
+//	// Limitations is optional: declare only what mystore's docs promise.
+//	func (h *harness) Limitations() conformance.Limits {
+//		return conformance.Limits{CostAboveOneInexactUnderConcurrency: true}
+//	}
+//
+//	func newHarness(ctx context.Context, tb testing.TB) (conformance.Harness, error) {
+//		server := mystore.StartTestServer(tb) // skips when the server is not installed
+//		return &harness{server: server, prefix: tb.Name() + ":"}, nil
+//	}
+//
+//	func TestConformance(t *testing.T) { conformance.Run(t, newHarness) }
+//
+//	func BenchmarkConformance(b *testing.B) { conformance.RunBenchmarks(b, newHarness) }
+//
+// Run it under the race detector:
+//
+//	go test -race -run TestConformance ./...
+//
+// Several subtests decide from 32 goroutines at once; a backend's data races
+// show only under -race, and the suite is meant to run that way. Each
+// subtest has SubtestTimeout: its context expires then, and a backend that
+// ignores its context makes the suite panic with every goroutine's stack
+// soon after, rather than hang. The randomized subtest logs its seed; set
+// CONFORMANCE_SEED (SeedEnv) to replay a failure.
+//
+// # How it checks
+//
+// Every subtest drives the backend through throttler.New with a
+// throttler.ManualClock starting at T0, 2030-01-02T03:04:05.678Z, which is
+// not aligned to a second, so aligned windows end at other moments than
+// anchored ones. Expectations are exact timelines worked out by hand from
+// SPEC (tables of t0..tN), with no tolerance. Beyond each table, every
+// result the suite sees is checked for what SPEC says of all results:
+// Remaining = Limit - Used, neither negative; RetryAfter 0 when allowed,
+// ResetAt - now (fixed) or newTAT - B*T - now (GCRA) when denied; a denial
+// of cost 1 leaves Remaining 0; fixed-window times are whole milliseconds
+// and GCRA times whole microseconds; the binding limit follows the
+// selection rules and the top-level figures are its own; a cost above a
+// capacity gives NeverAllowed and RetryAfter throttler.Never; the result
+// names its policy and identifier; and nothing is degraded. A backend
+// failure reported to the throttler's observer fails the subtest too.
+//
+// DifferentialAgainstModel replays random sequences of AllowN, Peek, Refund
+// and Reset through the backend and through Model, a second implementation
+// of SPEC written from its text alone (it does not call throttler.Decide,
+// Refund or Evaluate), and compares every field of every result. A slip in
+// the backend, in package throttler's arithmetic, or in the model shows up
+// as a disagreement, reported with the seed and the operations before it.
+//
+// # Optional capabilities and weaker guarantees
+//
+// Subtests of an optional capability run only when the backend implements
+// it, and skip otherwise: RefundFixedWindow, RefundGCRA,
+// RefundAfterWindowClosed and ConcurrentRefund need throttler.Refunder;
+// ResetForgetsState needs throttler.Resetter; PeekerMatchesDecide needs
+// throttler.Peeker and checks the two routes to a peek (Peek, and Decide
+// with cost 0) give the same answer. Without Refunder the random sequences
+// leave refunds out, and without Resetter, resets.
+//
+// A Harness may implement Limitations to declare a weaker guarantee its
+// backend documents. Limits.CostAboveOneInexactUnderConcurrency (memcached
+// may deny a request of cost above one that races near the limit) makes
+// ConcurrentCostAboveOne check only that no more than Max units are
+// consumed. Nothing else is relaxed: sequential timelines are exact for
+// every backend.
+//
+// # SPEC rules and the subtests that check them
+//
+// Rules marked "every subtest" are checked on every result the suite sees,
+// besides the subtests named.
+//
+//	SPEC rule                                     Subtests
+//	-------------------------------------------   ---------------------------------------------------
+//	Words: identifier of 1 to 1024 arbitrary      IdentifierEmptyRejected, IdentifierLength,
+//	  bytes; empty or longer is invalid           IdentifierArbitraryBytes, IdentifierLongNearDuplicates
+//	Words: fixed window, anchored                 FixedWindowAnchoredTimeline, FixedWindowAnchoredBoundary
+//	Words: fixed window, aligned on the epoch     FixedWindowAlignedTimeline, FixedWindowAlignedBoundary
+//	Words: GCRA, Burst defaults to Max            GCRATimeline, GCRABurstTimeline
+//	Words: cost n >= 0; n = 0 is a peek           ZeroCostOpensNothing, FixedWindowCostAboveOne, GCRACostAboveOne
+//	Words: result fields, per-limit results       PolicyPerLimitResults, DifferentialAgainstModel; every subtest
+//	Time 1: now comes from the throttler's        every subtest (a manual clock in 2030); ClosedWindowAcrossInstances,
+//	  clock; backends never read their own        ResetAtStableAcrossInstancesSkew700ms, ...Skew1s
+//	Time 2: stored expiry is garbage collection,  ClosedWindowAcrossInstances (1 ms lag), ClockBackwardsGCRA,
+//	  live state kept >= 1 s                      DifferentialAgainstModel (clock back up to 999 ms)
+//	Time 3: integer Unix ms (GCRA µs)             FixedWindowAnchoredBoundary (sub-ms now), GCRAEmissionIntervalRoundsUp;
+//	                                              every subtest
+//	Time 4: clock going backwards                 ClockBackwardsWithinWindow, ClockBackwardsAcrossWindowBoundary,
+//	                                              ClockBackwardsGCRA, DifferentialAgainstModel
+//	Fixed 1: open while now < ResetAt; closed     ClosedWindowIgnored, ClosedWindowAcrossInstances,
+//	  windows ignored (Fix 2)                     FixedWindowAnchoredBoundary, FixedWindowAlignedBoundary
+//	Fixed 2: opening; a peek or a denial opens    FixedWindowAnchoredTimeline, FixedWindowAlignedTimeline, PeekOpensNothing,
+//	  nothing                                     ZeroCostOpensNothing, CostExceedsCapacityFixed
+//	Fixed 3: allowed iff Used + n <= Max; denied  FixedWindowCostAboveOne, DenialConsumesNothingFixed, PolicyAllOrNothing
+//	  requests do not consume
+//	Fixed 4: Remaining = Max - Used, never        DenialConsumesNothingFixed; every subtest
+//	  negative; cost-1 denial has Remaining 0
+//	Fixed 5: identical ResetAt for every result   ResetAtStableWithinWindow, ResetAtStableAcrossInstancesSkew700ms,
+//	  of a window, every instance (Fix 1)         ResetAtStableAcrossInstancesSkew1s, ConcurrentFixedWindowExact,
+//	                                              ConcurrentAlignedWindowExact, ConcurrentTwoInstances
+//	Fixed 6: RetryAfter 0 / ResetAt - now         all fixed-window timelines; every subtest
+//	GCRA: T = ceil(Window / Max)                  GCRAEmissionIntervalRoundsUp
+//	GCRA 1: newTAT, allowed iff, denied changes   GCRATimeline, GCRABurstTimeline, GCRACostAboveOne,
+//	  nothing                                     DenialConsumesNothingGCRA
+//	GCRA 2: Limit = B, Remaining, Used            GCRATimeline, GCRABurstTimeline, ClockBackwardsGCRA; every subtest
+//	GCRA 3: ResetAt = max(TAT', now)              GCRATimeline, ClosedWindowIgnoredGCRA
+//	GCRA 4: RetryAfter = newTAT - B*T - now       GCRARetryAfterIsExact; every subtest
+//	Never succeed: cost > Max or B is refused,    CostExceedsCapacityFixed, CostExceedsCapacityGCRA,
+//	  no state change, RetryAfter Never           CostExceedsCapacityPolicy, GCRATimeline, GCRABurstTimeline
+//	Policies 1: all or nothing                    PolicyAllOrNothing, ConcurrentPolicyAllOrNothing, ZeroCostOpensNothing
+//	Policies 2: binding limit, per-limit results  PolicyBindingOnAllow, PolicyBindingOnDeny, PolicyPerLimitResults;
+//	                                              every subtest
+//	Several identifiers: allowed only if each     AllowAllGivesBack, AllowAllAllowsWhenAllAllow
+//	  allows; a denial gives the others back
+//	Peek: a cost-0 result, never changes state    PeekNeverChangesState, PeekOpensNothing, PeekerMatchesDecide,
+//	                                              ClosedWindowIgnored
+//	Refund: up to n, not below 0 / now; nothing   RefundFixedWindow, RefundGCRA, RefundAfterWindowClosed,
+//	  after the window closed                     ConcurrentRefund
+//	Reset: forgets one identifier's state         ResetForgetsState
+//	Keys 1: policy and limit identity; two        PoliciesNeverShareCounters, LimitsNeverShareCounters, KeyJoinCollisions
+//	  limits never share a counter
+//	Keys 2: distinct identifiers never collide    IdentifierArbitraryBytes, IdentifierLongNearDuplicates, KeyJoinCollisions,
+//	  and never lose state as the store grows     ConcurrentDistinctIdentifiers, ManyIdentifiersKeepTheirState
+//	Keys 3/4: braces and long or unsafe ids work  IdentifierArbitraryBytes, IdentifierLength, IdentifierLongNearDuplicates
+//	  (slots and the 250-byte key bound are the
+//	  Redis and memcached backends' own tests)
+//	Errors 1: invalid input is an errors.Is       IdentifierEmptyRejected, IdentifierLength, NegativeCostRejected,
+//	  error, never a panic                        NilPolicyRejected
+//	Errors 2: a backend failure is never a        every subtest (degraded results and observed errors fail it)
+//	  silent verdict
+//	Concurrency: exactly Max per window with      ConcurrentFixedWindowExact, ConcurrentAlignedWindowExact,
+//	  cost 1; GCRA never above its formula;       ConcurrentGCRAExact, ConcurrentCostAboveOne, ConcurrentPolicyAllOrNothing,
+//	  weaker cost > 1 guarantees declared         ConcurrentTwoInstances, ConcurrentRefund, ConcurrentDistinctIdentifiers
+//	Everything above, at random                   DifferentialAgainstModel
+//
+// Not checked here, because one backend in one harness cannot show them:
+// one round trip per decision (Policies 3), per-call timeouts and failure
+// modes under a failing server (Errors 3 and 4), hash slots in Redis
+// Cluster (Keys 3), the 250-byte memcached key bound (Keys 4), real-time
+// TTLs (Time 2), and rollout between two backends. The backends' and the
+// throttler's own tests cover those.
+//
+// # Benchmarks
+//
+// RunBenchmarks measures a backend on the wall clock at 1, 16 and 64
+// goroutines: one hot identifier, 10,000 identifiers, a policy of three
+// limits, and peeks. Each reports decisions/s.
+package conformance

@@ -1,0 +1,327 @@
+package conformance
+
+import (
+	"time"
+
+	"github.com/throttlekit/throttlekit/throttler"
+)
+
+// Model is a reference model of SPEC: an in-memory rate limiter written
+// from the SPEC text alone, independently of package throttler's Decide,
+// Refund and Evaluate, so that comparing the two catches a slip in either.
+// It answers what a conforming backend, driven through a Throttler, must
+// answer: the DifferentialAgainstModel subtest replays random operations on
+// both and compares every field of every Result.
+//
+// The model follows SPEC literally:
+//
+//   - Fixed windows count in integer Unix milliseconds. A window is open
+//     while now < end; an allowed request finding none opens one ending at
+//     now + Window (anchored) or at the next multiple of Window since the
+//     epoch (aligned). A request is allowed iff used + cost <= Max.
+//   - GCRA counts in integer Unix microseconds, with T = ceil(Window / Max)
+//     and B = Burst (Max when zero); an absent TAT reads as now.
+//   - A request is allowed only if every limit allows it; then every limit
+//     consumes, otherwise none does. Cost 0 consumes nothing and opens no
+//     window, and a cost above some limit's capacity is refused with
+//     NeverAllowed and RetryAfter throttler.Never.
+//   - On allow the binding limit has the smallest Remaining, ties going to
+//     the latest ResetAt and then to the first in the policy; on deny it is
+//     the denying limit with the largest RetryAfter, ties going to the
+//     first. Each limit's own Allowed says whether it alone allows the
+//     request.
+//
+// A Model is not safe for concurrent use. Its methods expect what a
+// Throttler hands a backend: a policy built by throttler.NewPolicy, a valid
+// identifier, and a cost of 0 or more; given anything else they return the
+// zero Result.
+type Model struct {
+	states map[modelKey]*modelState
+}
+
+// modelKey names one limit's state for one identifier. Like SPEC "Keys" 1,
+// it carries the policy name and the limit's identity (name, algorithm,
+// window, and for GCRA its capacity, as throttler.Policy.LimitKey does), so
+// two limits never share state; Max is not part of it, so raising a
+// limit's quota keeps its counts.
+type modelKey struct {
+	policy    string
+	limit     string
+	algorithm throttler.Algorithm
+	window    time.Duration
+	burst     int64
+	id        string
+}
+
+// modelState is what the model stores for one limit of one identifier.
+type modelState struct {
+	// used counts the units of the window ending at end (fixed windows).
+	used int64
+	// end is the window's end in Unix milliseconds (fixed windows) or the
+	// theoretical arrival time in Unix microseconds (GCRA). Zero means
+	// nothing stored.
+	end int64
+}
+
+// NewModel returns an empty model: every identifier starts with nothing
+// stored.
+func NewModel() *Model { return &Model{states: make(map[modelKey]*modelState)} }
+
+// AllowN decides a request of cost units for id under p at now, and
+// returns the Result a conforming backend behind a Throttler gives. A cost
+// of 0 is a peek. A cost above some limit's capacity returns a Result with
+// NeverAllowed set (Throttler.AllowN also returns ErrCostExceedsLimit).
+func (m *Model) AllowN(p *throttler.Policy, id string, now time.Time, cost int64) throttler.Result {
+	if !modelValid(p, id) || cost < 0 {
+		return throttler.Result{}
+	}
+	views := m.views(p, id, now)
+	allowed := true
+	fits := make([]bool, len(views))
+	for i := range views {
+		fits[i] = views[i].fits(cost)
+		allowed = allowed && fits[i]
+	}
+	if allowed && cost > 0 {
+		for i := range views {
+			views[i].consume(m, cost)
+		}
+		views = m.views(p, id, now)
+	}
+	return m.report(p, id, views, cost, allowed, fits)
+}
+
+// Peek returns the result of a cost-0 request: what the state allows at
+// now, without changing it.
+func (m *Model) Peek(p *throttler.Policy, id string, now time.Time) throttler.Result {
+	return m.AllowN(p, id, now, 0)
+}
+
+// Refund gives back up to n units of every limit's current window: a fixed
+// window's used count drops by n but not below 0, a GCRA TAT moves back by
+// n*T but not below now, and a window that is already closed is left
+// alone. It returns the state after the refund the way Throttler.Refund
+// reports it: as an allowed peek, every RetryAfter zero.
+func (m *Model) Refund(p *throttler.Policy, id string, now time.Time, n int64) throttler.Result {
+	if !modelValid(p, id) || n < 0 {
+		return throttler.Result{}
+	}
+	views := m.views(p, id, now)
+	for i := range views {
+		views[i].refund(m, n)
+	}
+	views = m.views(p, id, now)
+	fits := make([]bool, len(views))
+	for i := range fits {
+		fits[i] = true
+	}
+	return m.report(p, id, views, 0, true, fits)
+}
+
+// Reset forgets id's state for every limit of p.
+func (m *Model) Reset(p *throttler.Policy, id string) {
+	if !modelValid(p, id) {
+		return
+	}
+	for i := 0; i < p.Len(); i++ {
+		delete(m.states, keyFor(p, p.Limit(i), id))
+	}
+}
+
+func modelValid(p *throttler.Policy, id string) bool {
+	return p != nil && p.Len() > 0 && id != "" && len(id) <= throttler.MaxIdentifierLen
+}
+
+func keyFor(p *throttler.Policy, l throttler.Limit, id string) modelKey {
+	k := modelKey{policy: p.Name(), limit: l.Name, algorithm: l.Algorithm, window: l.Window, id: id}
+	if l.Algorithm == throttler.GCRA {
+		k.burst = capacity(l)
+	}
+	return k
+}
+
+// limitView is one limit's stored state as seen at one now.
+type limitView struct {
+	limit throttler.Limit
+	key   modelKey
+	state modelState // a copy; zero when nothing is stored
+	nowMs int64
+	nowUs int64
+}
+
+func (m *Model) views(p *throttler.Policy, id string, now time.Time) []limitView {
+	vs := make([]limitView, p.Len())
+	for i := range vs {
+		l := p.Limit(i)
+		v := limitView{limit: l, key: keyFor(p, l, id), nowMs: now.UnixMilli(), nowUs: now.UnixMicro()}
+		if s := m.states[v.key]; s != nil {
+			v.state = *s
+		}
+		vs[i] = v
+	}
+	return vs
+}
+
+func (v *limitView) gcra() bool { return v.limit.Algorithm == throttler.GCRA }
+
+// emission is the GCRA emission interval T in microseconds, rounded up so
+// that the rate never exceeds Max per Window.
+func (v *limitView) emission() int64 {
+	windowUs := v.limit.Window.Microseconds()
+	t := windowUs / v.limit.Max
+	if t*v.limit.Max < windowUs {
+		t++
+	}
+	return t
+}
+
+// open reports whether a fixed window is open at now.
+func (v *limitView) open() bool { return v.state.end > v.nowMs }
+
+// windowEnd is the end of the open fixed window, or of the one a request
+// would open now.
+func (v *limitView) windowEnd() int64 {
+	if v.open() {
+		return v.state.end
+	}
+	w := v.limit.Window.Milliseconds()
+	if v.limit.Algorithm == throttler.AlignedWindow {
+		bucket := v.nowMs / w
+		if v.nowMs%w != 0 && v.nowMs < 0 {
+			bucket-- // floor, also before 1970
+		}
+		return (bucket + 1) * w
+	}
+	return v.nowMs + w
+}
+
+// usedNow is the fixed window's count at now: 0 once the window closed.
+func (v *limitView) usedNow() int64 {
+	if v.open() {
+		return v.state.used
+	}
+	return 0
+}
+
+// tat is the GCRA theoretical arrival time at now: an absent or past TAT
+// reads as now.
+func (v *limitView) tat() int64 { return max(v.state.end, v.nowUs) }
+
+// fits reports whether this limit alone allows cost units at now.
+func (v *limitView) fits(cost int64) bool {
+	if cost > capacity(v.limit) {
+		return false
+	}
+	if v.gcra() {
+		t, b := v.emission(), capacity(v.limit)
+		return v.tat()+cost*t-b*t <= v.nowUs
+	}
+	return v.usedNow()+cost <= v.limit.Max
+}
+
+// consume stores cost units: a fixed window opens if none is open; a GCRA
+// TAT moves cost*T past max(TAT, now).
+func (v *limitView) consume(m *Model, cost int64) {
+	s := m.states[v.key]
+	if s == nil {
+		s = &modelState{}
+		m.states[v.key] = s
+	}
+	if v.gcra() {
+		s.used, s.end = 0, v.tat()+cost*v.emission()
+		return
+	}
+	s.used, s.end = v.usedNow()+cost, v.windowEnd()
+}
+
+// refund gives back up to n units of the current window.
+func (v *limitView) refund(m *Model, n int64) {
+	s := m.states[v.key]
+	if s == nil || n == 0 {
+		return
+	}
+	if v.gcra() {
+		if s.end <= v.nowUs {
+			return
+		}
+		// TAT - n*T, but not below now; compared by division so that a
+		// huge n cannot overflow.
+		if ahead := s.end - v.nowUs; n > ahead/v.emission() {
+			s.end = v.nowUs
+		} else {
+			s.end -= n * v.emission()
+		}
+		return
+	}
+	if v.open() {
+		s.used = max(s.used-n, 0)
+	}
+}
+
+// figures is this limit's part of a Result, given the request's cost, the
+// overall verdict and whether this limit alone allows the request.
+func (v *limitView) figures(cost int64, allowed, fits bool) throttler.LimitResult {
+	l := v.limit
+	lr := throttler.LimitResult{Name: l.Name, Algorithm: l.Algorithm, Window: l.Window,
+		Allowed: allowed || fits, Limit: capacity(l)}
+	if v.gcra() {
+		t, b, tat := v.emission(), capacity(l), v.tat()
+		// floor((now - (TAT - B*T)) / T), clamped to [0, B].
+		ahead := v.nowUs - (tat - b*t)
+		remaining := ahead / t
+		if ahead < 0 && ahead%t != 0 {
+			remaining--
+		}
+		lr.Remaining = min(max(remaining, 0), b)
+		lr.Used = b - lr.Remaining
+		lr.ResetAt = time.UnixMicro(tat)
+		if !lr.Allowed {
+			lr.RetryAfter = throttler.Never
+			if cost <= b {
+				lr.RetryAfter = time.Duration(tat+cost*t-b*t-v.nowUs) * time.Microsecond
+			}
+		}
+		return lr
+	}
+	used := min(max(v.usedNow(), 0), l.Max)
+	lr.Used, lr.Remaining = used, l.Max-used
+	lr.ResetAt = time.UnixMilli(v.windowEnd())
+	if !lr.Allowed {
+		lr.RetryAfter = throttler.Never
+		if cost <= l.Max {
+			lr.RetryAfter = time.Duration(v.windowEnd()-v.nowMs) * time.Millisecond
+		}
+	}
+	return lr
+}
+
+// report builds the Result: every limit's figures and the binding limit's
+// at the top.
+func (m *Model) report(p *throttler.Policy, id string, views []limitView, cost int64, allowed bool, fits []bool) throttler.Result {
+	r := throttler.Result{Allowed: allowed, Policy: p.Name(), Identifier: id, Limits: make([]throttler.LimitResult, len(views))}
+	for i := range views {
+		r.Limits[i] = views[i].figures(cost, allowed, fits[i])
+		if cost > capacity(views[i].limit) {
+			r.NeverAllowed = true
+		}
+	}
+	binding := 0
+	for i, lr := range r.Limits {
+		b := r.Limits[binding]
+		switch {
+		case allowed:
+			if lr.Remaining < b.Remaining || lr.Remaining == b.Remaining && lr.ResetAt.After(b.ResetAt) {
+				binding = i
+			}
+		case !lr.Allowed && (b.Allowed || lr.RetryAfter > b.RetryAfter):
+			binding = i
+		}
+	}
+	b := r.Limits[binding]
+	r.Binding, r.Window = b.Name, b.Window
+	r.Limit, r.Remaining, r.Used, r.ResetAt = b.Limit, b.Remaining, b.Used, b.ResetAt
+	if !allowed {
+		r.RetryAfter = b.RetryAfter
+	}
+	return r
+}
