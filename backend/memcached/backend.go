@@ -1,0 +1,913 @@
+package memcached
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/throttlekit/throttlekit/throttler"
+)
+
+// Defaults of a Backend and of NewClient.
+const (
+	// DefaultPrefix starts every key unless WithPrefix says otherwise.
+	DefaultPrefix = "tk"
+	// DefaultCASRetries is how many times a compare-and-swap that lost a
+	// race is retried before the call fails with ErrRetriesExhausted. At
+	// one clock reading a GCRA item changes at most Burst times before
+	// every request is denied without writing, so contention ends on its
+	// own; the bound is for pathological cases, and the call's context
+	// bounds the time anyway.
+	DefaultCASRetries = 50
+	// DefaultMaxIdleConns is the connection pool size per server NewClient
+	// sets. gomemcache's own default (2) closes and redials connections as
+	// soon as more than two goroutines decide at once.
+	DefaultMaxIdleConns = 64
+	// MaxPrefixLen bounds the escaped key prefix.
+	MaxPrefixLen = 40
+)
+
+var (
+	// ErrRetriesExhausted reports a call that lost more compare-and-swap
+	// races than WithCASRetries allows (GCRA writes, window openings,
+	// refunds). The call gives back the units it took (a give-back that
+	// fails is counted in Stats.RollbackFailures); the throttler applies
+	// the policy's failure mode and passes the error, then wrapped in
+	// throttler.ErrBackend, to its Observer. Stats counts it too.
+	ErrRetriesExhausted = errors.New("memcached: compare-and-swap retries exhausted")
+
+	// ErrInvalidConfig reports a Backend built with a nil client, an empty
+	// or too long prefix, or a negative retry count.
+	ErrInvalidConfig = errors.New("memcached: invalid configuration")
+)
+
+// Backend is a throttler.Backend over memcached. It implements Peeker,
+// Refunder, Resetter and Pinger. It is safe for concurrent use, and any
+// number of Backends in any number of processes may share servers as long
+// as they use the same prefix and server placement. See the package
+// documentation for the design and its guarantees.
+type Backend struct {
+	client     *memcache.Client
+	prefix     string
+	casRetries int
+	// wall is the host clock used only to turn lifetimes over 30 days into
+	// the absolute expirations memcached requires; it decides nothing.
+	wall  func() time.Time
+	stats struct {
+		roundTrips, casConflicts, retriesExhausted, rollbackFailures, windowsLost atomic.Uint64
+	}
+	hooks testHooks
+}
+
+// testHooks let tests interleave a second client between two round trips
+// of a call, which is how races are made reproducible against a real
+// server. They are nil outside tests.
+type testHooks struct {
+	// overLimit runs after a fixed-window incr went over Max, before the
+	// units are given back.
+	overLimit func()
+	// beforeCAS runs after a GCRA item was read, before it is written.
+	beforeCAS func()
+	// beforePublish runs after a new window's counter (named) was added,
+	// before the window item is written to point at it.
+	beforePublish func(counter string)
+}
+
+var (
+	_ throttler.Backend  = (*Backend)(nil)
+	_ throttler.Peeker   = (*Backend)(nil)
+	_ throttler.Refunder = (*Backend)(nil)
+	_ throttler.Resetter = (*Backend)(nil)
+	_ throttler.Pinger   = (*Backend)(nil)
+)
+
+// Option configures a Backend.
+type Option func(*Backend)
+
+// WithPrefix sets the prefix of every key (DefaultPrefix otherwise). Give
+// each application or test its own to keep their state apart; backends
+// that share state must share the prefix. It is escaped like identifiers
+// and must then be 1 to MaxPrefixLen bytes.
+func WithPrefix(prefix string) Option { return func(b *Backend) { b.prefix = prefix } }
+
+// WithCASRetries sets how many lost compare-and-swap races a call retries
+// (DefaultCASRetries otherwise); zero means one attempt and no retry.
+func WithCASRetries(n int) Option { return func(b *Backend) { b.casRetries = n } }
+
+// New returns a Backend over client. Build the client with NewClient, or
+// with memcache.NewFromSelector over a RendezvousSelector and a Timeout set:
+// gomemcache takes no context, so the client's Timeout is what bounds each
+// round trip (see the package documentation). The error wraps
+// ErrInvalidConfig.
+func New(client *memcache.Client, opts ...Option) (*Backend, error) {
+	b := &Backend{client: client, prefix: DefaultPrefix, casRetries: DefaultCASRetries, wall: time.Now}
+	for _, opt := range opts {
+		opt(b)
+	}
+	switch {
+	case client == nil:
+		return nil, fmt.Errorf("%w: nil client", ErrInvalidConfig)
+	case b.prefix == "":
+		return nil, fmt.Errorf("%w: empty prefix", ErrInvalidConfig)
+	case len(throttler.EscapeKey(b.prefix)) > MaxPrefixLen:
+		return nil, fmt.Errorf("%w: prefix longer than %d bytes once escaped", ErrInvalidConfig, MaxPrefixLen)
+	case b.casRetries < 0:
+		return nil, fmt.Errorf("%w: negative CAS retries %d", ErrInvalidConfig, b.casRetries)
+	}
+	b.prefix = throttler.EscapeKey(b.prefix)
+	return b, nil
+}
+
+// NewClient returns a gomemcache client over servers placed by a
+// RendezvousSelector, whose every round trip (dial, write, read) is bounded
+// by timeout (throttler.DefaultTimeout when zero or less), with
+// DefaultMaxIdleConns connections kept per server. The error wraps
+// ErrInvalidServer.
+func NewClient(timeout time.Duration, servers ...string) (*memcache.Client, error) {
+	if len(servers) == 0 {
+		return nil, fmt.Errorf("%w: no servers", ErrInvalidServer)
+	}
+	sel, err := NewRendezvousSelector(servers...)
+	if err != nil {
+		return nil, err
+	}
+	c := memcache.NewFromSelector(sel)
+	if timeout <= 0 {
+		timeout = throttler.DefaultTimeout
+	}
+	c.Timeout = timeout
+	c.MaxIdleConns = DefaultMaxIdleConns
+	return c, nil
+}
+
+// Stats are a Backend's counters since it was built.
+type Stats struct {
+	// RoundTrips counts requests sent to servers: one per gomemcache call
+	// (a multi-key get of one subject's keys is one, as they share a
+	// server).
+	RoundTrips uint64
+	// CASConflicts counts compare-and-swap or add writes that lost a race
+	// and were retried or given up.
+	CASConflicts uint64
+	// RetriesExhausted counts calls that failed with ErrRetriesExhausted.
+	RetriesExhausted uint64
+	// RollbackFailures counts units a denied request could not give back
+	// (a server error, or the call's context ending): they stay counted
+	// until their window closes, which can deny, never over-admit.
+	RollbackFailures uint64
+	// WindowsLost counts the times an open fixed window was found without
+	// its counter (evicted). The next decision reopens such a window as a
+	// fresh one; a peek reports it as absent.
+	WindowsLost uint64
+}
+
+// Stats returns the backend's counters.
+func (b *Backend) Stats() Stats {
+	return Stats{
+		RoundTrips:       b.stats.roundTrips.Load(),
+		CASConflicts:     b.stats.casConflicts.Load(),
+		RetriesExhausted: b.stats.retriesExhausted.Load(),
+		RollbackFailures: b.stats.rollbackFailures.Load(),
+		WindowsLost:      b.stats.windowsLost.Load(),
+	}
+}
+
+// Decide applies req to its identifier's policy: allowed only if every
+// limit allows; then every limit consumes req.Cost, otherwise none does
+// (units taken tentatively are given back). See the package documentation
+// for the steps and for what concurrency can and cannot do.
+func (b *Backend) Decide(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+	if req.Cost == 0 {
+		return b.Peek(ctx, req)
+	}
+	c, err := b.newCall(ctx, req)
+	if err != nil {
+		return throttler.Outcome{}, err
+	}
+	return c.decide()
+}
+
+// Peek returns the identifier's states without writing anything: one
+// round trip for the window and GCRA items, one more for the counters of
+// open windows.
+func (b *Backend) Peek(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+	c, err := b.newCall(ctx, req)
+	if err != nil {
+		return throttler.Outcome{}, err
+	}
+	if err := c.snapshot(); err != nil {
+		return throttler.Outcome{}, err
+	}
+	if err := c.readCounters(); err != nil {
+		return throttler.Outcome{}, err
+	}
+	states := c.states()
+	allowed, _ := throttler.Decide(c.policy, req.Now, req.Cost, states)
+	return throttler.Outcome{Allowed: allowed, States: states}, nil
+}
+
+// Refund gives back up to req.Cost units of the current windows: decr on
+// each open window's counter (memcached stops at 0), and TAT -= Cost*T, not
+// below now, on each GCRA item by compare-and-swap. Closed windows are left
+// alone. Limits are refunded one after another, not atomically.
+func (b *Backend) Refund(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+	c, err := b.newCall(ctx, req)
+	if err != nil {
+		return throttler.Outcome{}, err
+	}
+	if err := c.snapshot(); err != nil {
+		return throttler.Outcome{}, err
+	}
+	for i := range c.limits {
+		l := &c.limits[i]
+		if l.gcra {
+			if err := c.refundGCRA(i, req.Cost); err != nil {
+				return throttler.Outcome{}, err
+			}
+			continue
+		}
+		if !l.open {
+			continue
+		}
+		v, err := c.incrDecr("decr", c.keys.counter(i, l.win), req.Cost)
+		switch {
+		case errors.Is(err, memcache.ErrCacheMiss):
+			l.open, l.state = false, throttler.State{}
+		case err != nil:
+			return throttler.Outcome{}, err
+		default:
+			l.state, l.known = throttler.State{Used: v, End: l.win.end}, true
+		}
+	}
+	return throttler.Outcome{Allowed: true, States: c.states()}, nil
+}
+
+// Reset deletes the identifier's window items, the counters they name and
+// its GCRA items under p, whatever they hold (so it also clears values
+// this package cannot read). A request racing the reset may still count in
+// the window it read before; the next window starts fresh.
+func (b *Backend) Reset(ctx context.Context, p *throttler.Policy, identifier string) error {
+	c, err := b.newCall(ctx, throttler.Request{Policy: p, Identifier: identifier})
+	if err != nil {
+		return err
+	}
+	var windowKeys []string
+	for i := range c.limits {
+		if !c.limits[i].gcra {
+			windowKeys = append(windowKeys, c.keys.window(i))
+		}
+	}
+	var items map[string]*memcache.Item
+	if len(windowKeys) > 0 {
+		err := c.roundTrip(func() (err error) {
+			items, err = b.client.GetMulti(windowKeys)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("memcached: get: %w", err)
+		}
+	}
+	var doomed []string
+	for i := range c.limits {
+		if c.limits[i].gcra {
+			doomed = append(doomed, c.keys.gcra(i))
+			continue
+		}
+		// The window item first, so that new requests start afresh at
+		// once; requests that read it before finish in its counter or find
+		// it gone.
+		doomed = append(doomed, c.keys.window(i))
+		if it := items[c.keys.window(i)]; it != nil {
+			if w, ok := parseWindow(it.Value); ok {
+				doomed = append(doomed, c.keys.counter(i, w))
+			}
+		}
+	}
+	for _, key := range doomed {
+		err := c.roundTrip(func() error { return b.client.Delete(key) })
+		if err != nil && !errors.Is(err, memcache.ErrCacheMiss) {
+			return fmt.Errorf("memcached: delete: %w", err)
+		}
+	}
+	return nil
+}
+
+// Ping checks that every server answers a version request, each within the
+// client's Timeout.
+func (b *Backend) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.stats.roundTrips.Add(1)
+	if err := b.client.Ping(); err != nil {
+		return fmt.Errorf("memcached: ping: %w", err)
+	}
+	return nil
+}
+
+// call is one operation on one identifier's policy: what was read, what was
+// consumed, what must be undone on denial.
+type call struct {
+	b      *Backend
+	ctx    context.Context
+	req    throttler.Request
+	policy *throttler.Policy
+	keys   keys
+	nowMs  int64
+	nowUs  int64
+	limits []limitCall
+	// undo lists the units this call took, in order, for a rollback.
+	undo []undoStep
+}
+
+// limitCall is what a call knows of one limit.
+type limitCall struct {
+	limit throttler.Limit
+	gcra  bool
+	// item is the window item (fixed) or the GCRA item as last read, with
+	// its CAS id; nil when absent.
+	item *memcache.Item
+	// open reports a fixed window open at now; win is its incarnation.
+	open bool
+	win  window
+	// state is the best-known state; known reports that a fixed window's
+	// Used was read or returned by the server.
+	state throttler.State
+	known bool
+}
+
+// undoStep is units to give back: a counter to decr or a GCRA limit to
+// refund.
+type undoStep struct {
+	limit   int
+	counter string // empty for GCRA
+	units   int64
+}
+
+func (b *Backend) newCall(ctx context.Context, req throttler.Request) (*call, error) {
+	if req.Policy == nil || req.Policy.Len() == 0 {
+		return nil, fmt.Errorf("%w: nil or zero policy", throttler.ErrInvalidPolicy)
+	}
+	if err := throttler.ValidateIdentifier(req.Identifier); err != nil {
+		return nil, err
+	}
+	if req.Cost < 0 {
+		return nil, fmt.Errorf("%w: %d is negative", throttler.ErrInvalidCost, req.Cost)
+	}
+	c := &call{
+		b: b, ctx: ctx, req: req, policy: req.Policy,
+		keys:  newKeys(b.prefix, req.Policy, req.Identifier),
+		nowMs: req.Now.UnixMilli(), nowUs: req.Now.UnixMicro(),
+		limits: make([]limitCall, req.Policy.Len()),
+	}
+	for i := range c.limits {
+		l := req.Policy.Limit(i)
+		c.limits[i] = limitCall{limit: l, gcra: l.Algorithm == throttler.GCRA}
+	}
+	return c, nil
+}
+
+// roundTrip runs one gomemcache call, which the client's Timeout bounds,
+// unless the call's context is already done: gomemcache cannot be
+// interrupted, so the context is honoured between round trips.
+func (c *call) roundTrip(f func() error) error {
+	if err := c.ctx.Err(); err != nil {
+		return err
+	}
+	c.b.stats.roundTrips.Add(1)
+	return f()
+}
+
+// snapshot reads every window and GCRA item of the policy in one round
+// trip (they share a server under RendezvousSelector).
+func (c *call) snapshot() error {
+	keys := make([]string, len(c.limits))
+	for i := range c.limits {
+		if c.limits[i].gcra {
+			keys[i] = c.keys.gcra(i)
+		} else {
+			keys[i] = c.keys.window(i)
+		}
+	}
+	var items map[string]*memcache.Item
+	err := c.roundTrip(func() (err error) {
+		items, err = c.b.client.GetMulti(keys)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("memcached: get: %w", err)
+	}
+	for i := range c.limits {
+		l := &c.limits[i]
+		if l.gcra {
+			if err := c.setGCRAItem(i, items[c.keys.gcra(i)]); err != nil {
+				return err
+			}
+		} else if err := c.setWindowItem(i, items[c.keys.window(i)]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setWindowItem records a read of limit i's window item (nil: absent).
+func (c *call) setWindowItem(i int, it *memcache.Item) error {
+	l := &c.limits[i]
+	l.item, l.open, l.win, l.known, l.state = it, false, window{}, false, throttler.State{}
+	if it == nil {
+		return nil
+	}
+	w, ok := parseWindow(it.Value)
+	if !ok {
+		return fmt.Errorf("%w: window item of limit %q holds %q", throttler.ErrBadReply, l.limit.Name, clip(it.Value))
+	}
+	if w.end > c.nowMs {
+		l.open, l.win, l.state = true, w, throttler.State{End: w.end}
+	}
+	return nil
+}
+
+// setGCRAItem records a read of limit i's GCRA item (nil: absent).
+func (c *call) setGCRAItem(i int, it *memcache.Item) error {
+	l := &c.limits[i]
+	l.item, l.state = it, throttler.State{}
+	if it == nil {
+		return nil
+	}
+	tat, ok := parseInt(it.Value)
+	if !ok {
+		return fmt.Errorf("%w: GCRA item of limit %q holds %q", throttler.ErrBadReply, l.limit.Name, clip(it.Value))
+	}
+	l.state = throttler.State{End: tat}
+	return nil
+}
+
+// readCounters reads, in one round trip, the counters of the open windows
+// whose Used is not known yet. A missing counter means the window lost its
+// count to eviction: the window then counts as absent.
+func (c *call) readCounters() error {
+	var keys []string
+	for i := range c.limits {
+		if l := &c.limits[i]; !l.gcra && l.open && !l.known {
+			keys = append(keys, c.keys.counter(i, l.win))
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	var items map[string]*memcache.Item
+	err := c.roundTrip(func() (err error) {
+		items, err = c.b.client.GetMulti(keys)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("memcached: get counters: %w", err)
+	}
+	for i := range c.limits {
+		l := &c.limits[i]
+		if l.gcra || !l.open || l.known {
+			continue
+		}
+		it := items[c.keys.counter(i, l.win)]
+		if it == nil {
+			c.b.stats.windowsLost.Add(1)
+			l.open, l.state = false, throttler.State{}
+			continue
+		}
+		used, ok := parseInt(it.Value)
+		if !ok {
+			return fmt.Errorf("%w: counter of limit %q holds %q", throttler.ErrBadReply, l.limit.Name, clip(it.Value))
+		}
+		l.state, l.known = throttler.State{Used: used, End: l.win.end}, true
+	}
+	return nil
+}
+
+// states returns the best-known state of every limit.
+func (c *call) states() []throttler.State {
+	s := make([]throttler.State, len(c.limits))
+	for i := range c.limits {
+		s[i] = c.limits[i].state
+	}
+	return s
+}
+
+// decide runs Decide's steps; see the package documentation.
+func (c *call) decide() (throttler.Outcome, error) {
+	if err := c.snapshot(); err != nil {
+		return throttler.Outcome{}, err
+	}
+	// Writes start only when the snapshot leaves a chance: a request that
+	// would open a window must not open it if another limit denies (SPEC:
+	// a denied request opens nothing), and a GCRA limit that already
+	// denies makes every write pointless.
+	mustCheck := false
+	for i := range c.limits {
+		l := &c.limits[i]
+		if !l.gcra && !l.open || l.gcra && !c.gcraAllows(i, l.state) || c.req.Cost > capacity(l.limit) {
+			mustCheck = true
+		}
+	}
+	if mustCheck {
+		if err := c.readCounters(); err != nil {
+			return throttler.Outcome{}, err
+		}
+		states := c.states()
+		if allowed, _ := throttler.Decide(c.policy, c.req.Now, c.req.Cost, states); !allowed {
+			return throttler.Outcome{Allowed: false, States: states}, nil
+		}
+	}
+	for i := range c.limits {
+		if c.limits[i].gcra {
+			continue
+		}
+		allowed, err := c.consumeWindow(i)
+		if err != nil {
+			c.rollback()
+			return throttler.Outcome{}, err
+		}
+		if !allowed {
+			return c.deny(), nil
+		}
+	}
+	for i := range c.limits {
+		if !c.limits[i].gcra {
+			continue
+		}
+		allowed, err := c.consumeGCRA(i)
+		if err != nil {
+			c.rollback()
+			return throttler.Outcome{}, err
+		}
+		if !allowed {
+			return c.deny(), nil
+		}
+	}
+	return throttler.Outcome{Allowed: true, States: c.states()}, nil
+}
+
+// consumeWindow takes the request's units from fixed-window limit i: incr
+// on the open window's counter, or, when no window is open, opening one.
+// It reports false when the limit denies; the units then stay taken until
+// rollback gives them back.
+func (c *call) consumeWindow(i int) (allowed bool, err error) {
+	l := &c.limits[i]
+	n := c.req.Cost
+	for opens := 0; ; {
+		if l.open {
+			key := c.keys.counter(i, l.win)
+			v, err := c.incrDecr("incr", key, n)
+			if errors.Is(err, memcache.ErrCacheMiss) {
+				// The window item names a counter that is gone: evicted.
+				// Its count is lost; reopen the window as a fresh one
+				// rather than recreate the counter, so no incarnation ever
+				// counts from zero twice (see "Eviction").
+				c.b.stats.windowsLost.Add(1)
+				l.open, l.state, l.known = false, throttler.State{}, false
+				continue
+			}
+			if err != nil {
+				return false, err
+			}
+			c.undo = append(c.undo, undoStep{limit: i, counter: key, units: n})
+			l.state, l.known = throttler.State{Used: v, End: l.win.end}, true
+			if v <= l.limit.Max {
+				return true, nil
+			}
+			if c.b.hooks.overLimit != nil {
+				c.b.hooks.overLimit()
+			}
+			return false, nil
+		}
+		if opens > c.b.casRetries {
+			return false, c.exhausted()
+		}
+		opens++
+		opened, err := c.openWindow(i)
+		if err != nil || opened {
+			return opened, err
+		}
+		// Lost the race to open: the window item now holds someone
+		// else's window (or vanished); loop on what it holds.
+	}
+}
+
+// openWindow opens a fresh window for limit i with the request's units
+// already counted: it creates the counter of a new incarnation (add, under
+// a fresh random token, so nobody else can hold it), then publishes the
+// incarnation in the window item, with add when the snapshot saw no item
+// and compare-and-swap over the closed (or countless) one it saw. Only one
+// request can publish over a given item state. On losing it deletes its
+// unpublished counter, rereads the window item and reports false.
+func (c *call) openWindow(i int) (opened bool, err error) {
+	l := &c.limits[i]
+	n := c.req.Cost
+	w := window{end: windowEnd(l.limit, c.nowMs), token: newToken()}
+	live := time.Duration(w.end-c.nowMs) * time.Millisecond
+	counter := c.keys.counter(i, w)
+	err = c.roundTrip(func() error {
+		return c.b.client.Add(&memcache.Item{
+			Key:        counter,
+			Value:      []byte(strconv.FormatInt(n, 10)),
+			Expiration: expiration(live, 1, c.b.wall), // outlives the window item
+		})
+	})
+	if errors.Is(err, memcache.ErrNotStored) {
+		// A token collision with a live counter: retry with a new one.
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("memcached: add counter: %w", err)
+	}
+	if c.b.hooks.beforePublish != nil {
+		c.b.hooks.beforePublish(counter)
+	}
+	item := &memcache.Item{Key: c.keys.window(i), Value: w.encode(), Expiration: expiration(live, 0, c.b.wall)}
+	err = c.roundTrip(func() error {
+		if l.item == nil {
+			return c.b.client.Add(item)
+		}
+		item.CasID = l.item.CasID
+		return c.b.client.CompareAndSwap(item)
+	})
+	if err == nil {
+		c.undo = append(c.undo, undoStep{limit: i, counter: counter, units: n})
+		l.item, l.open, l.win = nil, true, w
+		l.state, l.known = throttler.State{Used: n, End: w.end}, true
+		return true, nil
+	}
+	_ = c.roundTrip(func() error { return c.b.client.Delete(counter) })
+	if !lostRace(err) {
+		return false, fmt.Errorf("memcached: publish window: %w", err)
+	}
+	c.b.stats.casConflicts.Add(1)
+	it, err := c.get(c.keys.window(i))
+	if err != nil {
+		return false, err
+	}
+	return false, c.setWindowItem(i, it)
+}
+
+// gcraAllows reports whether GCRA limit i alone allows the request on
+// state s, by the reference arithmetic.
+func (c *call) gcraAllows(i int, s throttler.State) bool {
+	states := make([]throttler.State, len(c.limits))
+	states[i] = s
+	allowed, _ := throttler.Decide(c.policy, c.req.Now, c.req.Cost, states)
+	return allowed
+}
+
+// consumeGCRA takes the request's units from GCRA limit i by
+// compare-and-swap (add when absent), rereading and recomputing after each
+// lost race. It reports false when the limit denies on the state read.
+func (c *call) consumeGCRA(i int) (allowed bool, err error) {
+	l := &c.limits[i]
+	for attempt := 0; ; attempt++ {
+		states := make([]throttler.State, len(c.limits))
+		states[i] = l.state
+		allowed, next := throttler.Decide(c.policy, c.req.Now, c.req.Cost, states)
+		if !allowed {
+			return false, nil
+		}
+		if c.b.hooks.beforeCAS != nil {
+			c.b.hooks.beforeCAS()
+		}
+		err := c.writeGCRA(i, next[i].End)
+		if err == nil {
+			c.undo = append(c.undo, undoStep{limit: i, units: c.req.Cost})
+			return true, nil
+		}
+		if !lostRace(err) {
+			return false, err
+		}
+		c.b.stats.casConflicts.Add(1)
+		if attempt >= c.b.casRetries {
+			return false, c.exhausted()
+		}
+		if err := c.backoff(attempt); err != nil {
+			return false, err
+		}
+		if err := c.rereadGCRA(i); err != nil {
+			return false, err
+		}
+	}
+}
+
+// refundGCRA gives back n units of GCRA limit i (reference Refund
+// arithmetic) by compare-and-swap, rereading after each lost race.
+func (c *call) refundGCRA(i int, n int64) error {
+	l := &c.limits[i]
+	for attempt := 0; ; attempt++ {
+		if l.item == nil {
+			return nil
+		}
+		states := make([]throttler.State, len(c.limits))
+		states[i] = l.state
+		next := throttler.Refund(c.policy, c.req.Now, n, states)[i]
+		if next == l.state {
+			return nil
+		}
+		err := c.writeGCRA(i, next.End)
+		if err == nil {
+			l.state = next
+			return nil
+		}
+		if !lostRace(err) {
+			return err
+		}
+		c.b.stats.casConflicts.Add(1)
+		if attempt >= c.b.casRetries {
+			return c.exhausted()
+		}
+		if err := c.backoff(attempt); err != nil {
+			return err
+		}
+		if err := c.rereadGCRA(i); err != nil {
+			return err
+		}
+	}
+}
+
+// writeGCRA stores tat for limit i over the item last read: add when it
+// was absent, compare-and-swap otherwise.
+func (c *call) writeGCRA(i int, tat int64) error {
+	l := &c.limits[i]
+	live := time.Duration(tat-c.nowUs) * time.Microsecond
+	item := &memcache.Item{Key: c.keys.gcra(i), Value: []byte(strconv.FormatInt(tat, 10)),
+		Expiration: expiration(live, 0, c.b.wall)}
+	err := c.roundTrip(func() error {
+		if l.item == nil {
+			return c.b.client.Add(item)
+		}
+		item.CasID = l.item.CasID
+		return c.b.client.CompareAndSwap(item)
+	})
+	if err != nil {
+		return fmt.Errorf("memcached: write GCRA: %w", err)
+	}
+	l.item, l.state = nil, throttler.State{End: tat}
+	return nil
+}
+
+// rereadGCRA reads limit i's GCRA item again after a lost race.
+func (c *call) rereadGCRA(i int) error {
+	it, err := c.get(c.keys.gcra(i))
+	if err != nil {
+		return err
+	}
+	return c.setGCRAItem(i, it)
+}
+
+// deny gives back every unit the call took and returns the denial with
+// every limit's state: fixed windows it touched as they were just before
+// its units, GCRA limits as the rollback left them, and the windows it did
+// not reach read now (one round trip), so that the throttler can name the
+// right binding limit.
+func (c *call) deny() throttler.Outcome {
+	c.rollback()
+	for _, u := range c.undo {
+		if u.counter != "" {
+			l := &c.limits[u.limit]
+			l.state.Used = max(l.state.Used-u.units, 0)
+		}
+	}
+	if err := c.readCounters(); err != nil {
+		// The verdict stands; only those limits' figures are unknown.
+		for i := range c.limits {
+			if l := &c.limits[i]; !l.gcra && l.open && !l.known {
+				l.state = throttler.State{}
+			}
+		}
+	}
+	return throttler.Outcome{Allowed: false, States: c.states()}
+}
+
+// rollback gives back, newest first, every unit the call took. A unit that
+// cannot be given back (server error, context done) is counted in
+// Stats.RollbackFailures and stays spent until its window closes.
+func (c *call) rollback() {
+	for j := len(c.undo) - 1; j >= 0; j-- {
+		u := c.undo[j]
+		var err error
+		if u.counter != "" {
+			_, err = c.incrDecr("decr", u.counter, u.units)
+			if errors.Is(err, memcache.ErrCacheMiss) {
+				err = nil // evicted: nothing left to give back
+			}
+		} else if err = c.rereadGCRA(u.limit); err == nil {
+			err = c.refundGCRA(u.limit, u.units)
+		}
+		if err != nil {
+			c.b.stats.rollbackFailures.Add(1)
+		}
+	}
+}
+
+// incrDecr runs incr or decr by n on key and returns the new value.
+func (c *call) incrDecr(verb, key string, n int64) (int64, error) {
+	var v uint64
+	err := c.roundTrip(func() (err error) {
+		if verb == "incr" {
+			v, err = c.b.client.Increment(key, uint64(n))
+		} else {
+			v, err = c.b.client.Decrement(key, uint64(n))
+		}
+		return err
+	})
+	if errors.Is(err, memcache.ErrCacheMiss) {
+		return 0, err
+	}
+	if err != nil {
+		return 0, fmt.Errorf("memcached: %s: %w", verb, err)
+	}
+	if v > math.MaxInt64 {
+		return 0, fmt.Errorf("%w: %s returned %d", throttler.ErrBadReply, verb, v)
+	}
+	return int64(v), nil
+}
+
+// get reads one item; a miss is (nil, nil).
+func (c *call) get(key string) (*memcache.Item, error) {
+	var it *memcache.Item
+	err := c.roundTrip(func() (err error) {
+		it, err = c.b.client.Get(key)
+		return err
+	})
+	if errors.Is(err, memcache.ErrCacheMiss) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("memcached: get: %w", err)
+	}
+	return it, nil
+}
+
+// backoff waits a random time before retry attempt+1 of a lost
+// compare-and-swap, up to 50 µs doubled per attempt and at most 5 ms, so
+// that racing writers spread out instead of colliding again; it returns
+// early with the context's error.
+func (c *call) backoff(attempt int) error {
+	limit := min(50*time.Microsecond<<min(attempt, 7), 5*time.Millisecond)
+	t := time.NewTimer(time.Duration(rand.Int64N(int64(limit))) + 1)
+	defer t.Stop()
+	select {
+	case <-c.ctx.Done():
+		return c.ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// exhausted counts and returns a retries-exhausted failure.
+func (c *call) exhausted() error {
+	c.b.stats.retriesExhausted.Add(1)
+	return fmt.Errorf("%w after %d retries", ErrRetriesExhausted, c.b.casRetries)
+}
+
+// lostRace reports whether a conditional write failed because the item
+// changed (CAS conflict), exists (add) or vanished (CAS after eviction).
+func lostRace(err error) bool {
+	return errors.Is(err, memcache.ErrNotStored) || errors.Is(err, memcache.ErrCASConflict) ||
+		errors.Is(err, memcache.ErrCacheMiss)
+}
+
+// windowEnd returns the end, in Unix ms, of the window a request at nowMs
+// opens, as throttler.Decide computes it.
+func windowEnd(l throttler.Limit, nowMs int64) int64 {
+	w := l.Window.Milliseconds()
+	if l.Algorithm != throttler.AlignedWindow {
+		return nowMs + w
+	}
+	q := nowMs / w
+	if nowMs%w != 0 && nowMs < 0 {
+		q--
+	}
+	return (q + 1) * w
+}
+
+// capacity is the largest cost limit l can ever allow.
+func capacity(l throttler.Limit) int64 {
+	if l.Algorithm == throttler.GCRA && l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Max
+}
+
+// newToken returns a fresh window token: 64 random bits in hex.
+func newToken() string {
+	return fmt.Sprintf("%016x", rand.Uint64())
+}
+
+// clip shortens a stored value for an error message.
+func clip(v []byte) string {
+	if len(v) > 40 {
+		return string(v[:40]) + "..."
+	}
+	return string(v)
+}

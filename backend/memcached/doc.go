@@ -1,0 +1,239 @@
+// Package memcached is a throttlekit backend over memcached, through
+// github.com/bradfitz/gomemcache. It keeps the old limiter's idea, a count
+// plus a stored window end, and meets the same contract as every other
+// backend (SPEC.md), including under concurrency, evictions and lost
+// servers. Where memcached cannot give the exactness of one atomic script,
+// this page says precisely what can happen.
+//
+//	client, err := memcached.NewClient(100*time.Millisecond, "10.0.0.1:11211", "10.0.0.2:11211")
+//	backend, err := memcached.New(client, memcached.WithPrefix("api"))
+//	th := throttler.New(backend)
+//
+// Backend implements throttler.Backend, Peeker, Refunder, Resetter and
+// Pinger.
+//
+// # Items
+//
+// Memcached offers atomic operations on one item only: add (store if
+// absent), cas (store if unchanged since read), incr and decr. The design
+// gives every operation one item to be atomic on. For limit i of one
+// identifier under one policy:
+//
+//   - The window item W holds "end token": the end of the open window, in
+//     Unix milliseconds, and a random 64-bit token naming this incarnation
+//     of the window. Only add (no item) or cas (over the item read) writes
+//     it, so of several requests that find no open window exactly one
+//     opens it.
+//   - The counter C(end, token) holds the units used in that incarnation
+//     and is named after it. It is created by add, with the opener's cost,
+//     before W points to it; afterwards only incr and decr touch it. It is
+//     never created again: a window that loses its counter is reopened
+//     under a new token instead.
+//   - A GCRA limit has one item G holding the theoretical arrival time in
+//     Unix microseconds, written by add or cas.
+//
+// Because a counter's name carries its window, no result can pair one
+// window's count with another window's end, whatever was evicted.
+//
+// # Keys
+//
+// Every key is route "|" kind ":" limit, where
+//
+//	route = prefix ":" policy ":" identifier   (each part throttler.EscapeKey'd)
+//	limit = throttler.Policy.LimitKey(i)        (name, algorithm, window, burst)
+//	kind  = "w" window item, "g" GCRA item, "c" counter (then ":" end ":" token)
+//
+// EscapeKey leaves only letters, digits, '-', '.', '_' and "%XX", so keys
+// hold no space or control byte and the separators ':' and '|' cannot come
+// from the parts: distinct (prefix, policy, identifier, limit) tuples never
+// share a key. A route longer than 120 bytes (a 1024-byte identifier
+// escapes to up to 3072) is replaced by "#" and the hex SHA-256 of the
+// plain route, and so is a limit part longer than 65 bytes. '#' never
+// appears in an escaped part, so a hashed part cannot equal a plain one,
+// and two hashed ones differ unless SHA-256 collides. The longest key is
+// 120 + 3 + 65 + 1 + 20 + 1 + 16 = 226 bytes, under memcached's 250. The
+// prefix (WithPrefix) is escaped too and limited to MaxPrefixLen bytes.
+//
+// # Deciding
+//
+// Decide with cost n at now (from the request, never from a clock of the
+// backend or the server) runs:
+//
+//  1. One multi-get of every W and G item of the policy. A window whose
+//     end is at or before now is closed, whatever the item still holds.
+//  2. When a window must be opened, a GCRA limit already denies on what was
+//     read, or n exceeds a limit's capacity: one multi-get of the open
+//     windows' counters, then throttler.Decide on that snapshot. A denial
+//     here writes nothing, so a denied request opens no window and spends
+//     nothing.
+//  3. Fixed windows, in policy order. Open window: incr C by n; the new
+//     value is allowed iff it is at most Max. No open window: add a new
+//     counter C(opening(now), new token) holding n, then publish it with
+//     add (no W) or cas (over the closed W read); on losing, delete the
+//     unpublished counter, reread W and incr the winner's counter.
+//  4. GCRA limits, in policy order: compute the new TAT from the item read
+//     with the reference arithmetic; denied stops; allowed writes it by cas
+//     (add when absent). A lost race rereads and recomputes, at most
+//     WithCASRetries times, then fails with ErrRetriesExhausted.
+//  5. On a denial in 3 or 4, every unit taken is given back, newest first:
+//     decr on counters, a refund by cas on GCRA items. The counters of
+//     limits not reached are read (one round trip) so that the result names
+//     the right binding limit.
+//
+// Round trips, counted by Stats (TestRoundTrips pins them): an allowed
+// decision in open windows takes 1 + one per limit (2 for a one-limit
+// policy, 4 for three). Opening a window takes two instead of that
+// limit's incr (add the counter, publish it), plus the read of step 2 when
+// other windows are open. A denial by a one-limit fixed window takes 3
+// (get, incr, decr); a denial a GCRA limit makes on the first read takes 1.
+// Peek takes 2, or 1 when no window is open. SPEC's one round trip per
+// decision is for stores with server-side scripts; memcached has none.
+//
+// # Concurrency
+//
+// Every interleaving below was considered; the tests reproduce the
+// interesting ones against a real server (with hooks between round trips).
+//
+// Two requests find no window, or the same closed one. Each adds a counter
+// of its own (distinct tokens), both try to publish; add, or cas against
+// the same CAS id, lets exactly one win. The loser's counter was never
+// published, so its units were never visible; it deletes it and incrs the
+// winner's. No count is lost or doubled, and every result of the window
+// carries the winner's end. If the loser's delete fails, the orphan is
+// read by nobody (its token is published nowhere) and expires.
+//
+// A request reads an open window, and before its incr another request (a
+// later clock reading) finds it closed and opens the next. The first
+// request counts in the window open at its own reading, and its result
+// carries that window's end with that window's count.
+//
+// A reader never finds W pointing at a counter that does not exist yet:
+// the counter is created before W is published. So a missing counter
+// means eviction (see below).
+//
+// Cost 1 is exact: an incr returns the count including every unit added
+// before it, so no request is allowed beyond Max. A counter exceeds Max
+// only by units of requests about to be denied, which give them back. For
+// one limit, the first denial of a window sees only allowed units, so
+// exactly Max are allowed before anyone is denied; by induction every
+// later over-count is of denied requests in a full window. For several
+// limits, every request takes its units in the same order (fixed windows
+// in policy order, then GCRA limits): a request denied at limit j because
+// of units held by requests that are denied later in the order leads, step
+// by step, to the last limit, where the first denial sees only units of
+// allowed requests. So with cost 1, one clock reading and no eviction,
+// exactly as many requests are allowed as fit in the tightest limit, as the
+// conformance suite checks.
+//
+// The argument holds for any cost that is the same for every request. Mixed
+// costs are weaker, and this is the backend's documented limitation
+// (declared to the conformance suite through its Limitations interface as
+// CostAboveOneInexactUnderConcurrency). A request of cost n that does not
+// fit holds its n units in the counter between its incr and its decr, one
+// round trip. A smaller request that would fit and incrs in between sees
+// them and is denied: a spurious denial. It is never an over-admission:
+// every allowed unit is counted before it is allowed, and once the
+// give-backs are done the counter holds exactly the allowed units.
+// TestCostAboveOneMayDenySpuriouslyNeverOverAdmits shows both.
+// With several limits and mixed costs it happens at every limit: units
+// taken at earlier limits are held until a later limit's denial gives them
+// back. And when
+// a request passes the check of step 2 but a racing request fills a later
+// limit first, a window the request opened in step 3 stays open with the
+// units given back: a window opened by a denied request, only in that
+// race.
+//
+// GCRA writes never hold units they do not keep: a cas either commits the
+// new TAT or fails. At one clock reading a GCRA item changes at most Burst
+// times before every request is denied without writing, so a request loses
+// at most Burst races; after each it waits a short random time (doubling,
+// at most 5 ms) so that racing writers spread out. DefaultCASRetries is
+// above common bursts, and the call's context bounds the time anyway.
+// Exhausting the retries is an error wrapping ErrRetriesExhausted: the
+// throttler applies the policy's failure mode and passes the error to its
+// Observer (Event.Err, matchable with errors.Is), and Stats counts it in
+// RetriesExhausted, with every lost race in CASConflicts. Under FailOpen
+// such a request is let through: where contention must never admit more,
+// use FailClosed or more retries.
+//
+// A denied request whose give-back fails (server error, context done)
+// leaves its units counted until the window closes: later requests may be
+// denied, never over-admitted. Stats counts these in RollbackFailures.
+//
+// # Eviction
+//
+// Memcached may evict any item at any moment, most of all when it is
+// shared with application caches. At worst an eviction restarts a window
+// as a fresh one; it never corrupts one:
+//
+//   - W evicted: the next request finds no window and opens a fresh one
+//     (anchored: ending at now + Window; aligned: at the same aligned end)
+//     with a new token and a new counter from zero. Requests that read the
+//     old W before the eviction finish in the old counter and report the
+//     old end with the old count. Nobody reads the old counter again; it
+//     expires.
+//   - C evicted while W is open: the next incr finds no counter. The
+//     request reopens the window by cas over the W it read (one request
+//     wins, the others find the new window and count in it) rather than
+//     recreate the counter. This is why counters are never recreated: a
+//     denied request's decr that arrives after the eviction gets "not
+//     found" instead of taking units from a fresh count, so no incarnation
+//     ever admits more than Max. Stats counts these in WindowsLost.
+//   - G evicted: the bucket is forgotten, i.e. full. A cas by a request
+//     that read it before fails and retries from the absent state.
+//
+// So a result is always either the same window counting on, or a fresh
+// window with its count from the start; the end it reports never moves
+// within a window, and never pairs an old count with a new end.
+// TestEvictionRestartsWindowsNeverCorruptsThem checks exactly this against
+// a 2 MB memcached flooded with other items.
+//
+// # Expiry
+//
+// Expirations are garbage collection only, never a decision: a window is
+// closed when its end is at or before the request's now, whatever the
+// item's expiry. Items expire at least one second after their state stops
+// mattering (window items at their end, counters a second later, GCRA
+// items at their TAT), computed from the request's now and rounded up to
+// whole seconds. memcached reads an expiration above 30 days as an
+// absolute Unix time, so longer lifetimes (windows up to 400 days, GCRA
+// spans beyond) are converted with this host's wall clock, plus a day of
+// margin for clock differences between hosts; an absolute time past 2038
+// (memcached's 32-bit field) becomes "never expires", left to eviction.
+//
+// # Servers
+//
+// gomemcache's default ServerList places a key by a CRC modulo the number
+// of servers, which remaps about three quarters of the keys when a fourth
+// server joins three. RendezvousSelector (used by NewClient) places keys by
+// rendezvous hashing: a fourth server takes about a quarter of the
+// identifiers, and a lost server moves only its own. It hashes only a
+// key's route, the part before '|', so every item of one identifier under
+// one policy lives on one server and its limits are decided there. A
+// server that stops loses the state it held and nothing else; decisions
+// for its identifiers fail (and the failure mode applies) until it answers
+// again, state starting afresh.
+//
+// # Timeouts and contexts
+//
+// gomemcache takes no context. Each round trip (dial, write, read) is
+// bounded by the client's Timeout, which NewClient sets (100 ms, as
+// throttler.DefaultTimeout, unless told otherwise); the backend checks the
+// call's context before every round trip and stops as soon as it is done.
+// A stopped server fails at once (connection refused); a hung one costs at
+// most the client's Timeout for the round trip under way. Keep the client
+// Timeout at or below the throttler's per-call timeout. A round trip cut
+// short can leave its write applied; an incr whose decr never happens is
+// an over-count until its window closes, which can deny, never
+// over-admit.
+//
+// # Peek, Refund, Reset
+//
+// Peek reads and never writes. Refund decrs the counters of open windows
+// (memcached stops at zero) and moves GCRA items back by cas; limits are
+// refunded one after another, not atomically, and a refund that reads a
+// window just before it is replaced gives back in the old window, which is
+// the "refund after the window closed does nothing" rule. Reset deletes the
+// window items, the counters they name and the GCRA items; a request
+// racing it may still count in the window it read before.
+package memcached

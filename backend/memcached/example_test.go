@@ -1,0 +1,63 @@
+package memcached_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/throttlekit/throttlekit/backend/memcached"
+	"github.com/throttlekit/throttlekit/throttler"
+)
+
+// This example needs memcached servers, so it has no checked output.
+func Example() {
+	// Each round trip is bounded by 100 ms: gomemcache takes no context.
+	client, err := memcached.NewClient(100*time.Millisecond, "127.0.0.1:11211", "127.0.0.1:11212")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	backend, err := memcached.New(client, memcached.WithPrefix("api"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	th := throttler.New(backend)
+	policy, err := throttler.ParsePolicy("authenticated", "10/s, 5000/h")
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	r, err := th.Allow(context.Background(), policy, "user:42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if r.Degraded {
+		// memcached failed: the policy's failure mode (fail open by
+		// default) decided, and r.Err says why.
+		log.Printf("rate limiter degraded: %v", r.Err)
+	}
+	fmt.Printf("allowed=%v remaining=%d reset=%s\n", r.Allowed, r.Remaining, r.ResetAt.Format(time.RFC3339))
+	fmt.Printf("round trips so far: %d\n", backend.Stats().RoundTrips)
+}
+
+// Growing a pool: a third server takes about a third of the identifiers,
+// and the others stay where they were.
+func ExampleRendezvousSelector() {
+	selector, err := memcached.NewRendezvousSelector("10.0.0.1:11211", "10.0.0.2:11211")
+	if err != nil {
+		log.Fatal(err)
+	}
+	client := memcache.NewFromSelector(selector)
+	client.Timeout = 100 * time.Millisecond
+	backend, err := memcached.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = throttler.New(backend)
+
+	if err := selector.SetServers("10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211"); err != nil {
+		log.Fatal(err)
+	}
+}

@@ -1,0 +1,41 @@
+package memcached
+
+import (
+	"math"
+	"time"
+)
+
+// memcached reads an expiration of at most relativeExpiryMax seconds as
+// relative to now and anything larger as an absolute Unix time.
+const relativeExpiryMax = 30 * 24 * 60 * 60
+
+// absoluteExpirySlack is added to absolute expirations: they are computed
+// from this host's wall clock and compared with the server's, which may
+// differ. A day of extra life for an item that lives over 30 days is
+// negligible garbage; losing live state to clock skew is not.
+const absoluteExpirySlack = 24 * 60 * 60
+
+// expiration returns the memcached expiration for state that stops
+// mattering after live (measured in request time, from the request's now):
+// at least one second later, rounded up to whole seconds, plus extra
+// seconds. It is garbage collection only and never decides anything.
+//
+// Up to 30 days it is relative. Beyond, memcached wants an absolute Unix
+// time, which this function takes from wall(): the host's clock, never the
+// request's, because the server expires items in real time. An absolute
+// time that does not fit memcached's 32-bit field yields 0 (never expires;
+// the item then goes only when evicted).
+func expiration(live time.Duration, extra int64, wall func() time.Time) int32 {
+	secs := int64(1) + extra
+	if live > 0 {
+		secs += int64((live + time.Second - 1) / time.Second)
+	}
+	if secs <= relativeExpiryMax {
+		return int32(secs)
+	}
+	abs := wall().Unix() + secs + absoluteExpirySlack
+	if abs > math.MaxInt32 || abs <= relativeExpiryMax {
+		return 0
+	}
+	return int32(abs)
+}

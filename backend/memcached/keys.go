@@ -1,0 +1,141 @@
+package memcached
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"strings"
+
+	"github.com/throttlekit/throttlekit/throttler"
+)
+
+// Key layout limits. memcached accepts keys of at most MaxKeyLen bytes; the
+// budget below keeps the longest key this package builds under it:
+//
+//	route (<= maxRoutePart) + "|c:" + limit (<= maxLimitPart)
+//	+ ":" + window end (<= 20 bytes with its sign) + ":" + token (16 hex)
+//	= 120 + 3 + 65 + 1 + 20 + 1 + 16 = 226 bytes.
+const (
+	// MaxKeyLen is memcached's limit on the length of a key.
+	MaxKeyLen = 250
+	// RouteSeparator ends the routing part of every key this package
+	// builds. RendezvousSelector hashes only what precedes it, so every
+	// key of one identifier under one policy lands on one server. It is
+	// never produced by throttler.EscapeKey nor by the hex of a hash.
+	RouteSeparator = '|'
+
+	// hashMarker starts a part replaced by its SHA-256: EscapeKey never
+	// produces '#', so a hashed part can never equal a plain one.
+	hashMarker = '#'
+	// maxRoutePart and maxLimitPart bound the plain forms; longer parts
+	// are hashed ("#" + 64 hex digits, 65 bytes).
+	maxRoutePart = 120
+	maxLimitPart = 65
+)
+
+// The kinds of item kept for one limit.
+const (
+	kindWindow  = "w" // fixed window: "end token" of the open window
+	kindCounter = "c" // fixed window: units used in one window
+	kindGCRA    = "g" // GCRA: theoretical arrival time in µs
+)
+
+// keys holds the stored names of one identifier's state under one policy.
+type keys struct {
+	// limits[i] is the key part naming the policy's i-th limit.
+	limits []string
+	// route is the routing part shared by every key of the subject.
+	route string
+}
+
+// newKeys builds the key parts for id under p, with prefix already escaped.
+func newKeys(prefix string, p *throttler.Policy, id string) keys {
+	route := prefix + ":" + p.PolicyKey() + ":" + throttler.EscapeKey(id)
+	k := keys{route: shorten(route, maxRoutePart), limits: make([]string, p.Len())}
+	for i := range k.limits {
+		k.limits[i] = shorten(p.LimitKey(i), maxLimitPart)
+	}
+	return k
+}
+
+// shorten returns s, or its hashed form when s is longer than max bytes.
+func shorten(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return string(hashMarker) + hex.EncodeToString(sum[:])
+}
+
+// item returns the key of the i-th limit's item of the given kind.
+func (k keys) item(kind string, i int) string {
+	return k.route + string(RouteSeparator) + kind + ":" + k.limits[i]
+}
+
+// window returns the key of the i-th limit's window item.
+func (k keys) window(i int) string { return k.item(kindWindow, i) }
+
+// gcra returns the key of the i-th limit's GCRA item.
+func (k keys) gcra(i int) string { return k.item(kindGCRA, i) }
+
+// counter returns the key of the counter of one window incarnation.
+func (k keys) counter(i int, w window) string {
+	return k.item(kindCounter, i) + ":" + strconv.FormatInt(w.end, 10) + ":" + w.token
+}
+
+// window is one incarnation of a fixed window: its end in Unix ms and the
+// random token of the request that opened it. The token tells apart two
+// incarnations with the same end (an aligned window reopened after its
+// counter was evicted, or an anchored one reopened within the same
+// millisecond), so a counter is never shared by two incarnations.
+type window struct {
+	end   int64
+	token string
+}
+
+// tokenLen is the length of a window token: 64 random bits in hex.
+const tokenLen = 16
+
+// encode returns the window item's value.
+func (w window) encode() []byte {
+	return []byte(strconv.FormatInt(w.end, 10) + " " + w.token)
+}
+
+// parseWindow reads a window item's value; ok is false when it is not one
+// this package wrote.
+func parseWindow(v []byte) (w window, ok bool) {
+	endText, token, found := strings.Cut(string(v), " ")
+	if !found || len(token) != tokenLen || !isLowerHex(token) {
+		return window{}, false
+	}
+	end, err := strconv.ParseInt(endText, 10, 64)
+	if err != nil {
+		return window{}, false
+	}
+	return window{end: end, token: token}, true
+}
+
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// parseInt reads a counter or TAT value; memcached counters are unsigned
+// 64-bit decimals, possibly padded with spaces after a decr.
+func parseInt(v []byte) (int64, bool) {
+	n, err := strconv.ParseInt(strings.TrimRight(string(v), " "), 10, 64)
+	return n, err == nil
+}
+
+// routeOf returns the routing part of a key: what precedes RouteSeparator,
+// or the whole key when it has none.
+func routeOf(key string) string {
+	if i := strings.IndexByte(key, RouteSeparator); i >= 0 {
+		return key[:i]
+	}
+	return key
+}

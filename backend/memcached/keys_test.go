@@ -1,0 +1,133 @@
+package memcached
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/throttlekit/throttlekit/throttler"
+)
+
+// nastyIdentifiers are identifiers memcached could not take as they are,
+// or that differ only where a careless encoding would merge them.
+func nastyIdentifiers() []string {
+	long := strings.Repeat("x", throttler.MaxIdentifierLen-1)
+	ff := strings.Repeat("\xff", throttler.MaxIdentifierLen)
+	return []string{
+		long + "a", long + "b", // 1024 bytes, differing in the last byte
+		ff, ff[:throttler.MaxIdentifierLen-1] + "\xfe",
+		"with space", "with\nnewline", "with\x00nul", "with\rcr", "\x7f", "tab\there",
+		"a b", "a_b", "a%20b", "a%2520b",
+		"pipe|route", "hash#mark", "colon:sep", "{tag}",
+		"#" + strings.Repeat("0", 64), // looks like a hashed part
+		"a", "A",
+	}
+}
+
+func TestKeysAreLegalForEveryInput(t *testing.T) {
+	longName := strings.Repeat("n", 500)
+	policies := []*throttler.Policy{
+		mustPolicy(t, "p", "10/s, 5/min aligned, 3/s gcra burst=9"),
+		mustPolicy(t, longName, "10/s"),
+		mustPolicy(t, "p p\x00", "10/s"),
+	}
+	named, err := throttler.NewPolicy("named", []throttler.Limit{
+		throttler.PerSecond(5).Named(longName + "1"),
+		throttler.PerSecond(5).Named(longName + "2"),
+		throttler.PerSecond(5).Named("a b\n"),
+	})
+	require.NoError(t, err)
+	policies = append(policies, named)
+	extremes := []window{{end: math.MinInt64, token: "ffffffffffffffff"}, {end: math.MaxInt64, token: "0000000000000000"}}
+
+	seen := map[string]string{}
+	for _, prefix := range []string{DefaultPrefix, strings.Repeat("p ", 9) + "pppp"} {
+		b, err := New(dummyClient(), WithPrefix(prefix))
+		require.NoError(t, err)
+		for _, p := range policies {
+			for _, id := range nastyIdentifiers() {
+				k := newKeys(b.prefix, p, id)
+				for i := range p.Len() {
+					for _, key := range []string{k.window(i), k.gcra(i), k.counter(i, extremes[0]), k.counter(i, extremes[1])} {
+						require.True(t, legalKey(key), "illegal key %q (%d bytes)", key, len(key))
+						whose := prefix + "\x00" + p.Name() + "\x00" + id + "\x00" + p.LimitKey(i)
+						if prev, dup := seen[key]; dup {
+							require.Equal(t, prev, whose, "two subjects share key %q", key)
+						}
+						seen[key] = whose
+					}
+				}
+			}
+		}
+	}
+	// Two limits whose names differ only after the plain budget: hashed
+	// apart.
+	k := newKeys(DefaultPrefix, named, "u")
+	assert.NotEqual(t, k.window(0), k.window(1))
+	assert.True(t, strings.Contains(k.window(0), "|w:#"), "long limit part hashed: %s", k.window(0))
+}
+
+func TestHashedAndPlainPartsNeverCollide(t *testing.T) {
+	p := mustPolicy(t, "p", "1/s")
+	long := strings.Repeat("y", 200)
+	hashed := newKeys("tk", p, long).route
+	require.True(t, strings.HasPrefix(hashed, "#"), "a long route is hashed: %s", hashed)
+	require.Len(t, hashed, 65)
+	for _, id := range nastyIdentifiers() {
+		if r := newKeys("tk", p, id).route; !strings.HasPrefix(r, "#") {
+			assert.NotContains(t, r, "#", "a plain route never holds the hash marker")
+		}
+	}
+	// An identifier spelling a hashed route is escaped, so it differs.
+	assert.NotEqual(t, hashed, newKeys("tk", p, hashed).route)
+	assert.NotEqual(t, hashed, newKeys("", p, hashed[1:]).route)
+}
+
+func TestNastyIdentifiersKeepSeparateState(t *testing.T) {
+	b, _ := newTestBackend(t, sharedAddrs(t, 1))
+	thr, _ := newThrottler(b)
+	ctx := context.Background()
+	p := mustPolicy(t, "sep", "1/min, 1/min gcra")
+	ids := nastyIdentifiers()
+	for _, id := range ids {
+		r, err := thr.Allow(ctx, p, id)
+		require.NoError(t, err)
+		require.False(t, r.Degraded, "%q: %v", id, r.Err)
+		assert.True(t, r.Allowed, "first request of %q: no state shared with another identifier", id)
+	}
+	for _, id := range ids {
+		r, err := thr.Allow(ctx, p, id)
+		require.NoError(t, err)
+		assert.False(t, r.Allowed, "second request of %q sees its own state", id)
+	}
+}
+
+func TestParseWindowRejectsForeignValues(t *testing.T) {
+	for _, v := range []string{"", "1", "1 ", "x 0123456789abcdef", "1 0123456789ABCDEF", "1 0123456789abcde", "1 0123456789abcdef0"} {
+		_, ok := parseWindow([]byte(v))
+		assert.False(t, ok, "%q", v)
+	}
+	w, ok := parseWindow(window{end: -5, token: "0123456789abcdef"}.encode())
+	require.True(t, ok)
+	assert.Equal(t, int64(-5), w.end)
+	n, ok := parseInt([]byte("42   "))
+	assert.True(t, ok, "decr pads with spaces")
+	assert.Equal(t, int64(42), n)
+}
+
+// legalKey reports whether memcached accepts key: at most MaxKeyLen bytes,
+// none of them a space or a control byte.
+func legalKey(key string) bool {
+	if len(key) == 0 || len(key) > MaxKeyLen {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c <= ' ' || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,168 @@
+package memcached
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+
+	"github.com/bradfitz/gomemcache/memcache"
+)
+
+// ErrInvalidServer reports a server list a selector cannot use: an address
+// that does not resolve, or the same server listed twice.
+var ErrInvalidServer = errors.New("memcached: invalid server list")
+
+// RendezvousSelector is a gomemcache ServerSelector that places keys by
+// rendezvous (highest random weight) hashing: each server scores a key with
+// a hash of the key and the server's name, and the highest score wins.
+// Adding a server to n moves only the keys the newcomer now wins, about
+// 1/(n+1) of them, and losing a server moves only the keys it held, whereas
+// gomemcache's default ServerList (a CRC modulo the number of servers)
+// remaps most keys.
+//
+// A key is placed by its routing part, what precedes RouteSeparator (the
+// whole key when there is none), so every item of one identifier under one
+// policy is on one server. Servers are named by the strings given to
+// SetServers, not by their resolved addresses: give every process the same
+// spelling so they agree on placement.
+//
+// It is safe for concurrent use; its zero value has no servers.
+type RendezvousSelector struct {
+	mu      sync.RWMutex
+	servers []rendezvousServer
+}
+
+var _ memcache.ServerSelector = (*RendezvousSelector)(nil)
+
+type rendezvousServer struct {
+	addr net.Addr
+	seed uint64 // hash of the server's name
+}
+
+// NewRendezvousSelector returns a selector over servers ("host:port", or a
+// Unix socket path containing '/'). The error wraps ErrInvalidServer.
+func NewRendezvousSelector(servers ...string) (*RendezvousSelector, error) {
+	s := new(RendezvousSelector)
+	if err := s.SetServers(servers...); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// SetServers replaces the server list. On error (wrapping ErrInvalidServer)
+// the list is left as it was. Keys held by servers that stay keep their
+// place unless a newcomer outscores it.
+func (s *RendezvousSelector) SetServers(servers ...string) error {
+	list := make([]rendezvousServer, 0, len(servers))
+	seen := make(map[string]bool, len(servers))
+	for _, name := range servers {
+		if seen[name] {
+			return fmt.Errorf("%w: %q listed twice", ErrInvalidServer, name)
+		}
+		seen[name] = true
+		addr, err := resolve(name)
+		if err != nil {
+			return fmt.Errorf("%w: %q: %w", ErrInvalidServer, name, err)
+		}
+		list = append(list, rendezvousServer{addr: addr, seed: hashString(name)})
+	}
+	s.mu.Lock()
+	s.servers = list
+	s.mu.Unlock()
+	return nil
+}
+
+// resolve turns a server name into an address the way gomemcache's
+// ServerList does, keeping the name as the address's string.
+func resolve(name string) (net.Addr, error) {
+	if strings.Contains(name, "/") {
+		a, err := net.ResolveUnixAddr("unix", name)
+		if err != nil {
+			return nil, err
+		}
+		return staticAddr{network: a.Network(), str: a.String()}, nil
+	}
+	a, err := net.ResolveTCPAddr("tcp", name)
+	if err != nil {
+		return nil, err
+	}
+	return staticAddr{network: a.Network(), str: a.String()}, nil
+}
+
+// staticAddr is a resolved address whose strings are computed once:
+// gomemcache keys its connection pool by String().
+type staticAddr struct{ network, str string }
+
+func (a staticAddr) Network() string { return a.network }
+func (a staticAddr) String() string  { return a.str }
+
+// PickServer returns the server that holds key: the one with the highest
+// score for the key's routing part. It fails with memcache.ErrNoServers
+// when the list is empty.
+func (s *RendezvousSelector) PickServer(key string) (net.Addr, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	switch len(s.servers) {
+	case 0:
+		return nil, memcache.ErrNoServers
+	case 1:
+		return s.servers[0].addr, nil
+	}
+	h := hashString(routeOf(key))
+	best, bestScore := 0, uint64(0)
+	for i, srv := range s.servers {
+		// A tie (probability 2^-64) goes to the higher seed, so processes
+		// that list the servers in different orders still agree.
+		score := mix64(h ^ srv.seed)
+		if i == 0 || score > bestScore || score == bestScore && srv.seed > s.servers[best].seed {
+			best, bestScore = i, score
+		}
+	}
+	return s.servers[best].addr, nil
+}
+
+// Each calls f for every server, in the order given to SetServers, and
+// stops at the first error.
+func (s *RendezvousSelector) Each(f func(net.Addr) error) error {
+	s.mu.RLock()
+	addrs := make([]net.Addr, len(s.servers))
+	for i, srv := range s.servers {
+		addrs[i] = srv.addr
+	}
+	s.mu.RUnlock()
+	for _, a := range addrs {
+		if err := f(a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hashString is 64-bit FNV-1a followed by a finalizer, so that short,
+// similar strings (server names differing in one digit) get unrelated
+// hashes.
+func hashString(s string) uint64 {
+	const (
+		offset = 14695981039346656037
+		prime  = 1099511628211
+	)
+	h := uint64(offset)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= prime
+	}
+	return mix64(h)
+}
+
+// mix64 is MurmurHash3's 64-bit finalizer: every input bit affects every
+// output bit, which makes h ^ seed scores of different servers independent.
+func mix64(h uint64) uint64 {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
+}
