@@ -1,41 +1,70 @@
-// Command migrate-demo demonstrates a migration of limiter state between
-// backends. Until the migration issue fills it in, it shows a short run of a
-// throttler on the memory backend.
 package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
-	"time"
+	"os/signal"
+	"syscall"
+)
 
-	"github.com/throttlekit/throttlekit/backend/memory"
-	"github.com/throttlekit/throttlekit/throttler"
+// Exit statuses.
+const (
+	exitPass    = 0
+	exitFail    = 1 // the run broke an invariant, or was interrupted
+	exitCannot  = 2 // the demo could not run: missing servers, unreachable stores
+	exitBadArgs = 64
 )
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "migrate-demo:", err)
-		os.Exit(1)
-	}
+	os.Exit(mainStatus(os.Args[1:]))
 }
 
-func run() error {
-	ctx := context.Background()
-	clock := throttler.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
-	th := throttler.New(memory.New(), throttler.WithClock(clock))
-	policy, err := throttler.ParsePolicy("api", "5/min, 20/h")
+func mainStatus(args []string) int {
+	cfg, err := parseConfig(args, os.Getenv, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitPass
+	}
 	if err != nil {
-		return err
+		fmt.Fprintln(os.Stderr, "migrate-demo:", err)
+		return exitBadArgs
 	}
-	for i := 1; i <= 7; i++ {
-		r, err := th.Allow(ctx, policy, "user:42")
-		if err != nil {
-			return err
+	cfg.ProgressInPlace = isTerminal(os.Stdout)
+
+	// The first SIGINT or SIGTERM ends the run cleanly: the load stops,
+	// the API and the servers the demo started are shut down. A second one
+	// kills the process at once.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+
+	v, err := run(ctx, cfg, os.Stdout)
+	if err != nil {
+		var missing *MissingServersError
+		if errors.As(err, &missing) {
+			fmt.Fprintln(os.Stderr, "migrate-demo:", err)
+		} else {
+			fmt.Fprintln(os.Stderr, "migrate-demo: cannot run:", err)
 		}
-		fmt.Printf("request %d: allowed=%-5v remaining=%d reset=%s retry-after=%v\n",
-			i, r.Allowed, r.Remaining, r.ResetAt.Format(time.TimeOnly), r.RetryAfter)
-		clock.Advance(5 * time.Second)
+		if errors.Is(err, errUsage) {
+			return exitBadArgs
+		}
+		return exitCannot
 	}
-	return nil
+	if !v.Pass {
+		return exitFail
+	}
+	return exitPass
+}
+
+// isTerminal reports whether f is a character device, where progress can
+// rewrite one line in place.
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/throttlekit/throttlekit/middleware"
+	"github.com/throttlekit/throttlekit/throttler"
+)
+
+// Response headers the demo's API adds so that clients can measure the
+// rollout: which side and which store decided each request. They are the
+// demo's own, not part of the middleware.
+const (
+	headerSide  = "X-Demo-Side"  // "old" or "new"
+	headerStore = "X-Demo-Store" // "memcached", "redis/a", "memory/b"...
+)
+
+// tokenHeader carries the API token that identifies a client, as in
+// "Authorization: token demo-0042".
+const tokenHeader = "Authorization"
+
+// resourceName names the limited resource in the rate-limit headers.
+const resourceName = "core"
+
+// newAPI returns the demo's HTTP API: one endpoint answering a small JSON
+// document, behind the rate-limit middleware keyed by the SHA-256 of the
+// client's token (tokens never reach the stores in the clear). Every
+// response, allowed or denied, names the store that decided it.
+func newAPI(th *throttler.Throttler, policy *throttler.Policy) (http.Handler, error) {
+	lim, err := middleware.New(th, []middleware.Subject{{
+		Policy:   policy,
+		Identify: middleware.Hashed(middleware.Header(tokenHeader)),
+		Resource: resourceName,
+	}}, middleware.WithDenyHandler(func(w http.ResponseWriter, r *http.Request, _ throttler.Result, p middleware.Problem) {
+		setServedHeaders(w, r)
+		middleware.WriteProblem(w, p)
+	}))
+	if err != nil {
+		return nil, err
+	}
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		setServedHeaders(w, r)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"repository":"throttlekit/throttlekit","stars":42}` + "\n"))
+	})
+	limited := lim.Handler(app)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, _ := withServed(r.Context())
+		limited.ServeHTTP(w, r.WithContext(ctx))
+	}), nil
+}
+
+// setServedHeaders copies the request's served record to the response.
+func setServedHeaders(w http.ResponseWriter, r *http.Request) {
+	s, ok := r.Context().Value(servedKey{}).(*served)
+	if !ok {
+		return
+	}
+	if first := s.first.Load(); first != nil {
+		w.Header().Set(headerSide, first.side.String())
+		w.Header().Set(headerStore, first.store)
+	}
+}
+
+// apiServer is the API listening on a loopback port.
+type apiServer struct {
+	srv  *http.Server
+	addr string
+	done chan error
+}
+
+// startAPI serves h on a free loopback port.
+func startAPI(h http.Handler) (*apiServer, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &apiServer{
+		srv:  &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute},
+		addr: ln.Addr().String(),
+		done: make(chan error, 1),
+	}
+	go func() {
+		err := s.srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		s.done <- err
+	}()
+	return s, nil
+}
+
+// URL returns the endpoint's address.
+func (s *apiServer) URL() string { return "http://" + s.addr + "/api/repos/throttlekit/throttlekit" }
+
+// Close shuts the server down, waiting up to two seconds for requests in
+// flight.
+func (s *apiServer) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		_ = s.srv.Close()
+	}
+	return errors.Join(err, <-s.done)
+}

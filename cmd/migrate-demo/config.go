@@ -1,0 +1,241 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/throttlekit/throttlekit/rollout"
+	"github.com/throttlekit/throttlekit/throttler"
+)
+
+// Environment variables that name servers and the flag server; the flags of
+// the same meaning override them.
+const (
+	envMemcached      = "MIGRATE_DEMO_MEMCACHED"
+	envRedisShards    = "MIGRATE_DEMO_REDIS_SHARDS"
+	envUnleashURL     = "MIGRATE_DEMO_UNLEASH_URL"
+	envUnleashToken   = "MIGRATE_DEMO_UNLEASH_TOKEN"
+	envUnleashFeature = "MIGRATE_DEMO_UNLEASH_FEATURE"
+)
+
+// defaultFeature is the Unleash toggle the demo follows, and the group ID
+// identifiers are hashed with in every mode, so that a static ramp and the
+// toggle put each identifier on the same side at the same percentage.
+const defaultFeature = "throttlekit.redis-rollout"
+
+// errUsage reports flags that make no sense; main prints it with the usage.
+var errUsage = errors.New("usage")
+
+// Config is everything a run depends on. parseConfig fills it from flags and
+// the environment; tests build it with demoConfig and adjust fields.
+type Config struct {
+	// Embedded runs on in-memory backends instead of servers.
+	Embedded bool
+	// Short selects the quick profile (see demoConfig).
+	Short bool
+	// PhaseDuration is how long each step of the ramp lasts.
+	PhaseDuration time.Duration
+	// Ramp is the percentage of identifiers on the new backend, per phase.
+	// With an Unleash server only its length counts: the server says the
+	// percentage.
+	Ramp []int
+	// Identifiers is the number of API tokens, one client each.
+	Identifiers int
+	// AbusiveShare is the fraction of clients that send far over the limit.
+	AbusiveShare float64
+	// Policy is the limit notation, as throttler.ParsePolicy reads it.
+	Policy string
+	// NormalRate and AbusiveRate are the mean requests per second of one
+	// well-behaved and of one abusive client.
+	NormalRate, AbusiveRate float64
+	// Mode is the rollout mode; the ramp is meant for MirrorMode.
+	Mode rollout.Mode
+	// MemcachedAddr and RedisShards name running servers; empty means the
+	// demo starts its own.
+	MemcachedAddr, RedisShards string
+	// UnleashURL and UnleashToken name an Unleash server and its client
+	// token; UnleashFeature the toggle. Empty URL: a static percentage.
+	UnleashURL, UnleashToken, UnleashFeature string
+	// Tolerance is how many percentage points the measured share of
+	// identifiers on the new backend may stray from the target.
+	Tolerance float64
+	// CallTimeout bounds each backend call (throttler.WithTimeout).
+	CallTimeout time.Duration
+	// Progress is the interval between progress lines; 0 prints none.
+	Progress time.Duration
+	// ProgressInPlace rewrites one terminal line instead of printing lines.
+	ProgressInPlace bool
+}
+
+// demoConfig returns the configuration of the full demo, or of the quick
+// one when short is set. The full one runs four phases of 20 s under a
+// 30/10s limit, so that windows close and reopen within each phase and a
+// whole run stays under two minutes; the quick one keeps every proportion
+// (limit per second, clients over their limit) on 2 s windows and phases of
+// 2.5 s, for about 12 s in all.
+func demoConfig(short bool) Config {
+	c := Config{
+		Short:          short,
+		PhaseDuration:  20 * time.Second,
+		Ramp:           []int{0, 10, 50, 100},
+		Identifiers:    200,
+		AbusiveShare:   0.10,
+		Policy:         "30/10s, 600/h",
+		NormalRate:     2,
+		AbusiveRate:    12,
+		Mode:           rollout.MirrorMode,
+		UnleashFeature: defaultFeature,
+		Tolerance:      5,
+		CallTimeout:    500 * time.Millisecond,
+		Progress:       time.Second,
+	}
+	if short {
+		c.PhaseDuration = 2500 * time.Millisecond
+		c.Policy = "6/2s, 600/h"
+		c.NormalRate = 1.5
+		c.AbusiveRate = 8
+		c.Progress = 500 * time.Millisecond
+	}
+	return c
+}
+
+// parseConfig reads the command line and the environment (through getenv).
+// The flags show the full profile's defaults; with -short, every profile
+// flag not given explicitly takes the quick profile's value instead.
+func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) (Config, error) {
+	fs := flag.NewFlagSet("migrate-demo", flag.ContinueOnError)
+	fs.SetOutput(usageOut)
+	c := demoConfig(false)
+	var ramp, mode string
+	fs.BoolVar(&c.Embedded, "embedded", false, "run on in-memory backends, without servers")
+	fs.BoolVar(&c.Short, "short", false, `quick run (about 12 s): -duration 2.5s -policy "6/2s, 600/h" -rate 1.5 -abusive-rate 8 -progress 500ms`)
+	fs.DurationVar(&c.PhaseDuration, "duration", c.PhaseDuration, "length of each phase")
+	fs.StringVar(&ramp, "ramp", "0,10,50,100", "percentages of identifiers on the new backend, one per phase")
+	fs.IntVar(&c.Identifiers, "identifiers", c.Identifiers, "number of API tokens, one client each")
+	fs.Float64Var(&c.AbusiveShare, "abusive", c.AbusiveShare, "fraction of clients that send far over their limit")
+	fs.StringVar(&c.Policy, "policy", c.Policy, "rate-limit policy, in throttler.ParsePolicy's notation")
+	fs.Float64Var(&c.NormalRate, "rate", c.NormalRate, "requests per second of a well-behaved client")
+	fs.Float64Var(&c.AbusiveRate, "abusive-rate", c.AbusiveRate, "requests per second of an abusive client")
+	fs.StringVar(&mode, "mode", c.Mode.String(), "rollout mode: mirror, split or shadow")
+	fs.StringVar(&c.MemcachedAddr, "memcached", getenv(envMemcached),
+		"host:port of a running memcached (env "+envMemcached+"); empty starts one")
+	fs.StringVar(&c.RedisShards, "redis-shards", getenv(envRedisShards),
+		`Redis shards, "a=redis://h:p?replica=redis://h:p,b=..." (env `+envRedisShards+"); empty starts 2 primaries + 2 replicas")
+	fs.StringVar(&c.UnleashURL, "unleash-url", getenv(envUnleashURL),
+		"Unleash API URL, e.g. https://unleash.example.com/api/ (env "+envUnleashURL+"); empty ramps a static percentage")
+	fs.StringVar(&c.UnleashToken, "unleash-token", getenv(envUnleashToken),
+		"Unleash client token, sent as Authorization (env "+envUnleashToken+")")
+	fs.StringVar(&c.UnleashFeature, "unleash-feature", firstNonEmpty(getenv(envUnleashFeature), c.UnleashFeature),
+		"Unleash toggle: a flexibleRollout whose groupId is the toggle's name (env "+envUnleashFeature+")")
+	fs.Float64Var(&c.Tolerance, "tolerance", c.Tolerance, "allowed gap, in percentage points, between measured and target share")
+	fs.DurationVar(&c.CallTimeout, "call-timeout", c.CallTimeout, "bound of each backend call")
+	fs.DurationVar(&c.Progress, "progress", c.Progress, "interval between progress lines, 0 for none")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	if c.Short {
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		quick := demoConfig(true)
+		for name, field := range map[string]func(){
+			"duration":     func() { c.PhaseDuration = quick.PhaseDuration },
+			"policy":       func() { c.Policy = quick.Policy },
+			"rate":         func() { c.NormalRate = quick.NormalRate },
+			"abusive-rate": func() { c.AbusiveRate = quick.AbusiveRate },
+			"progress":     func() { c.Progress = quick.Progress },
+		} {
+			if !given[name] {
+				field()
+			}
+		}
+	}
+	c.UnleashFeature = strings.TrimSpace(c.UnleashFeature)
+	var err error
+	if c.Ramp, err = parseRamp(ramp); err != nil {
+		return Config{}, err
+	}
+	if c.Mode, err = parseMode(mode); err != nil {
+		return Config{}, err
+	}
+	if err := c.validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// validate reports settings no run can use. The error wraps errUsage.
+func (c Config) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.PhaseDuration <= 0:
+		return bad("-duration must be positive")
+	case len(c.Ramp) == 0:
+		return bad("-ramp needs at least one percentage")
+	case c.Identifiers < 1 || c.Identifiers > 100_000:
+		return bad("-identifiers must be 1 to 100000")
+	case !(c.AbusiveShare >= 0 && c.AbusiveShare <= 1):
+		return bad("-abusive must be a fraction from 0 to 1")
+	case !(c.NormalRate > 0 && c.NormalRate <= 1000) || !(c.AbusiveRate > 0 && c.AbusiveRate <= 1000):
+		return bad("-rate and -abusive-rate must be above 0 and at most 1000")
+	case !(c.Tolerance >= 0 && c.Tolerance <= 100):
+		return bad("-tolerance must be 0 to 100 points")
+	case c.CallTimeout <= 0:
+		return bad("-call-timeout must be positive")
+	case c.Embedded && (c.MemcachedAddr != "" || c.RedisShards != ""):
+		return bad("-embedded runs without servers: drop -memcached and -redis-shards (or unset %s and %s)",
+			envMemcached, envRedisShards)
+	case c.UnleashURL != "" && c.UnleashFeature == "":
+		return bad("-unleash-feature is empty")
+	}
+	for _, p := range c.Ramp {
+		if p < 0 || p > 100 {
+			return bad("ramp percentage %d is outside 0..100", p)
+		}
+	}
+	if _, err := throttler.ParsePolicy("core", c.Policy); err != nil {
+		return bad("-policy: %v", err)
+	}
+	return nil
+}
+
+// parseRamp reads "0,10,50,100".
+func parseRamp(s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSuffix(strings.TrimSpace(part), "%")
+		p, err := strconv.Atoi(part)
+		if err != nil || p < 0 || p > 100 {
+			return nil, fmt.Errorf("%w: -ramp: %q is not a percentage from 0 to 100", errUsage, part)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func parseMode(s string) (rollout.Mode, error) {
+	for _, m := range []rollout.Mode{rollout.MirrorMode, rollout.SplitMode, rollout.ShadowMode} {
+		if strings.EqualFold(strings.TrimSpace(s), m.String()) {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: -mode %q: want mirror, split or shadow", errUsage, s)
+}
+
+func firstNonEmpty(values ...string) string {
+	for _, v := range values {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}

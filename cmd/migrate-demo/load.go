@@ -1,0 +1,461 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/throttlekit/throttlekit/rollout"
+	"github.com/throttlekit/throttlekit/throttler"
+)
+
+// observation is what a client reads from one response.
+type observation struct {
+	status   int
+	received time.Time
+	side     rollout.Side
+	store    string
+	// degraded responses carry no state headers: the failure mode made
+	// their figures up.
+	degraded bool
+	// member is the binding limit's name, from the RateLimit field
+	// ("core:30/10s"): Reset and Used are that limit's.
+	member    string
+	reset     int64 // X-RateLimit-Reset, Unix seconds
+	used      int64 // X-RateLimit-Used
+	remaining int64 // X-RateLimit-Remaining
+	r         int64 // RateLimit's r parameter
+}
+
+var errBadResponse = errors.New("unexpected response")
+
+// readObservation reads the status and headers of a response received at
+// received. A status other than 200 and 429, or a response without the
+// headers the API always sends, is an error wrapping errBadResponse.
+func readObservation(status int, h http.Header, received time.Time) (observation, error) {
+	o := observation{status: status, received: received}
+	if status != http.StatusOK && status != http.StatusTooManyRequests {
+		return o, fmt.Errorf("%w: status %d", errBadResponse, status)
+	}
+	switch h.Get(headerSide) {
+	case rollout.SideOld.String():
+		o.side = rollout.SideOld
+	case rollout.SideNew.String():
+		o.side = rollout.SideNew
+	default:
+		return o, fmt.Errorf("%w: no %s header", errBadResponse, headerSide)
+	}
+	o.store = h.Get(headerStore)
+	if h.Get(throttler.HeaderDegraded) == "1" {
+		o.degraded = true
+		return o, nil
+	}
+	var ok bool
+	if o.member, o.r, ok = parseRateLimit(h.Get(throttler.HeaderRateLimit)); !ok {
+		return o, fmt.Errorf("%w: RateLimit %q", errBadResponse, h.Get(throttler.HeaderRateLimit))
+	}
+	for _, f := range []struct {
+		name string
+		dst  *int64
+	}{{throttler.HeaderReset, &o.reset}, {throttler.HeaderUsed, &o.used}, {throttler.HeaderRemaining, &o.remaining}} {
+		v, err := strconv.ParseInt(h.Get(f.name), 10, 64)
+		if err != nil {
+			return o, fmt.Errorf("%w: %s %q", errBadResponse, f.name, h.Get(f.name))
+		}
+		*f.dst = v
+	}
+	return o, nil
+}
+
+// parseRateLimit reads the IETF RateLimit field the middleware writes, one
+// list member such as `"core:30/10s";r=0;t=7`, and returns the member's
+// name and its r parameter.
+func parseRateLimit(v string) (member string, r int64, ok bool) {
+	v = strings.TrimSpace(v)
+	if !strings.HasPrefix(v, `"`) {
+		return "", 0, false
+	}
+	var name strings.Builder
+	i := 1
+	for ; i < len(v) && v[i] != '"'; i++ {
+		if v[i] == '\\' && i+1 < len(v) {
+			i++
+		}
+		name.WriteByte(v[i])
+	}
+	if i >= len(v) {
+		return "", 0, false
+	}
+	found := false
+	for _, param := range strings.Split(v[i+1:], ";") {
+		key, value, _ := strings.Cut(strings.TrimSpace(param), "=")
+		if key != "r" {
+			continue
+		}
+		n, err := strconv.ParseInt(value, 10, 64)
+		if err != nil {
+			return "", 0, false
+		}
+		r, found = n, true
+	}
+	return name.String(), r, found
+}
+
+// judgement is what one response shows against the one before it for the
+// same identifier.
+type judgement struct {
+	// quotaClaim: a denial whose headers claim remaining quota.
+	quotaClaim bool
+	// moved: another side served the previous response.
+	moved bool
+	// checked: moved while the previous window was certainly open, so its
+	// Reset and Used must have carried over.
+	checked bool
+	// restart: moved, and the window did not carry over.
+	restart bool
+	// wobble: same side, and X-RateLimit-Reset changed within the window.
+	wobble bool
+}
+
+// judge compares cur with prev, the previous non-degraded response for the
+// same identifier (nil for the first).
+//
+// X-RateLimit-Reset is the window end E rounded up to a second, R, so E
+// lies in (R-1, R]. A response received before R-1 was decided while that
+// window was certainly open: it must show the same R and at least the same
+// Used. A response after that may come from a new window, which always
+// ends later (R' >= R); a Reset that goes back is wrong at any time.
+// Nothing is compared across a change of binding limit.
+func judge(prev *observation, cur observation) judgement {
+	var j judgement
+	if cur.degraded {
+		return j
+	}
+	j.quotaClaim = cur.status == http.StatusTooManyRequests && (cur.remaining > 0 || cur.r > 0)
+	if prev == nil {
+		return j
+	}
+	j.moved = cur.side != prev.side
+	if cur.member != prev.member {
+		return j
+	}
+	open := cur.received.UnixMilli() < (prev.reset-1)*1000
+	backwards := cur.reset < prev.reset
+	if j.moved {
+		j.checked = open || backwards
+		j.restart = backwards || open && (cur.reset != prev.reset || cur.used < prev.used)
+		return j
+	}
+	j.wobble = backwards || open && cur.reset != prev.reset
+	return j
+}
+
+// sideCounts are one phase's figures for responses from one side.
+type sideCounts struct {
+	requests, allowed, denied, degraded int64
+	wobble, quotaClaims                 int64
+	moved, checked, restarts            int64
+}
+
+func (a *sideCounts) add(b sideCounts) {
+	a.requests += b.requests
+	a.allowed += b.allowed
+	a.denied += b.denied
+	a.degraded += b.degraded
+	a.wobble += b.wobble
+	a.quotaClaims += b.quotaClaims
+	a.moved += b.moved
+	a.checked += b.checked
+	a.restarts += b.restarts
+}
+
+// clientPhase is one client's record of one phase.
+type clientPhase struct {
+	sides  [2]sideCounts
+	errors int64
+	// last is the side and store of the last response in the phase.
+	seen      bool
+	lastSide  rollout.Side
+	lastStore string
+}
+
+// client is one API token, driven by one goroutine that sends requests
+// one after another, so that its responses come in order.
+type client struct {
+	token    string
+	abusive  bool
+	interval time.Duration
+	// start delays the first request, so that windows, which open at an
+	// identifier's first request, do not all open and close in step.
+	start time.Duration
+	// mu guards phases; the driving goroutine reads the current phase and
+	// records under it, so that a collector that has moved the phase on
+	// and then taken mu sees every record of the phase before.
+	mu     sync.Mutex
+	phases []clientPhase
+	// prev is the last non-degraded response; only the driver uses it.
+	prev *observation
+}
+
+// load is the load generator: one client per identifier, over real HTTP.
+type load struct {
+	url       string
+	http      *http.Client
+	transport *http.Transport
+	clients   []*client
+	// phase is the index records go to; the extra last slot takes what
+	// arrives after the run's end.
+	phase   atomic.Int32
+	samples errorSamples
+	// evidence keeps the first responses that broke an invariant.
+	evidence errorSamples
+}
+
+// newLoad prepares cfg.Identifiers clients of url, for phases phases.
+// Abusive clients are spread evenly among the others. Their first requests
+// are spread over stagger.
+func newLoad(cfg Config, url string, phases int, stagger time.Duration) *load {
+	n := cfg.Identifiers
+	tr := &http.Transport{
+		Proxy:               nil, // loopback only
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		MaxIdleConns:        n + 16,
+		MaxIdleConnsPerHost: n + 16,
+		IdleConnTimeout:     time.Minute,
+		DisableCompression:  true,
+	}
+	l := &load{url: url, transport: tr, http: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
+	for i := range n {
+		abusive := int(float64(i+1)*cfg.AbusiveShare) > int(float64(i)*cfg.AbusiveShare)
+		rate := cfg.NormalRate
+		if abusive {
+			rate = cfg.AbusiveRate
+		}
+		l.clients = append(l.clients, &client{
+			token:    fmt.Sprintf("demo-%04d", i),
+			abusive:  abusive,
+			interval: time.Duration(float64(time.Second) / rate),
+			start:    time.Duration(float64(stagger) * float64(i) / float64(n)),
+			phases:   make([]clientPhase, phases+1),
+		})
+	}
+	return l
+}
+
+// abusive returns the number of abusive clients.
+func (l *load) abusive() int {
+	n := 0
+	for _, c := range l.clients {
+		if c.abusive {
+			n++
+		}
+	}
+	return n
+}
+
+// run drives every client until ctx is done or a client has sent
+// maxRequests, and returns when all have stopped.
+func (l *load) run(ctx context.Context, maxRequests int) {
+	var wg sync.WaitGroup
+	for i, c := range l.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.drive(ctx, c, uint64(i), maxRequests)
+		}()
+	}
+	wg.Wait()
+	l.transport.CloseIdleConnections()
+}
+
+// drive sends c's requests: the first after its start delay, then one per
+// interval with ±50% jitter. A slow response delays the next request
+// rather than bunching requests up after it.
+func (l *load) drive(ctx context.Context, c *client, seed uint64, maxRequests int) {
+	rng := rand.New(rand.NewPCG(seed, 0x6d69677261746521))
+	timer := time.NewTimer(c.start + time.Duration(rng.Int64N(int64(c.interval/2))+1))
+	defer timer.Stop()
+	for range maxRequests {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		l.send(ctx, c)
+		timer.Reset(time.Duration(float64(c.interval) * (0.5 + rng.Float64())))
+	}
+}
+
+// send makes one request for c and records what its response shows.
+func (l *load) send(ctx context.Context, c *client) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.url, nil)
+	if err != nil {
+		l.record(ctx, c, observation{}, err)
+		return
+	}
+	req.Header.Set(tokenHeader, "token "+c.token)
+	resp, err := l.http.Do(req)
+	received := time.Now()
+	var obs observation
+	if err == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		_ = resp.Body.Close()
+		obs, err = readObservation(resp.StatusCode, resp.Header, received)
+	}
+	l.record(ctx, c, obs, err)
+}
+
+// record adds one response, or the failure to get one, to the current
+// phase of c. Failures caused by the run's end are not failures.
+func (l *load) record(ctx context.Context, c *client, obs observation, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := &c.phases[l.phase.Load()]
+	if err != nil {
+		p.errors++
+		l.samples.add(err)
+		return
+	}
+	j := judge(c.prev, obs)
+	s := &p.sides[obs.side]
+	s.requests++
+	if obs.status == http.StatusOK {
+		s.allowed++
+	} else {
+		s.denied++
+	}
+	p.seen, p.lastSide, p.lastStore = true, obs.side, obs.store
+	if obs.degraded {
+		s.degraded++
+		return
+	}
+	s.wobble += b2i(j.wobble)
+	s.quotaClaims += b2i(j.quotaClaim)
+	s.moved += b2i(j.moved)
+	s.checked += b2i(j.checked)
+	s.restarts += b2i(j.restart)
+	for _, broken := range []struct {
+		yes  bool
+		name string
+	}{{j.wobble, "wobble"}, {j.restart, "restart on move"}, {j.quotaClaim, "denial claiming quota"}} {
+		if broken.yes {
+			l.evidence.addf("%s: %s %s", broken.name, c.token, describeChange(c.prev, obs))
+		}
+	}
+	c.prev = &obs
+}
+
+// describeChange shows two successive responses for the evidence list.
+func describeChange(prev *observation, cur observation) string {
+	show := func(o observation) string {
+		return fmt.Sprintf("[%d from %s, received %s: %s Reset %d Used %d Remaining %d r %d]", o.status, o.store,
+			o.received.Format("15:04:05.000"), o.member, o.reset, o.used, o.remaining, o.r)
+	}
+	if prev == nil {
+		return show(cur)
+	}
+	return show(*prev) + " then " + show(cur)
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// setPhase sends the records of responses received from now on to phase i.
+func (l *load) setPhase(i int) { l.phase.Store(int32(i)) }
+
+// phaseTotals are the figures of all clients for one phase.
+type phaseTotals struct {
+	sides  [2]sideCounts
+	errors int64
+	// ids counts identifiers by the side of their last response in the
+	// phase; stores by its store; active is the identifiers that had any.
+	ids    [2]int
+	stores map[string]int
+	active int
+}
+
+func (t phaseTotals) all() sideCounts {
+	s := t.sides[0]
+	s.add(t.sides[1])
+	return s
+}
+
+// collect sums phase i over all clients. After setPhase moved past i, the
+// result is final.
+func (l *load) collect(i int) phaseTotals {
+	t := phaseTotals{stores: map[string]int{}}
+	for _, c := range l.clients {
+		c.mu.Lock()
+		p := c.phases[i]
+		c.mu.Unlock()
+		t.sides[0].add(p.sides[0])
+		t.sides[1].add(p.sides[1])
+		t.errors += p.errors
+		if p.seen {
+			t.active++
+			t.ids[p.lastSide]++
+			t.stores[p.lastStore]++
+		}
+	}
+	return t
+}
+
+// errorSamples keeps the first few distinct failure messages, for the
+// report.
+type errorSamples struct {
+	mu   sync.Mutex
+	msgs map[string]int
+}
+
+const maxErrorSamples = 5
+
+func (e *errorSamples) add(err error) { e.addf("%v", err) }
+
+func (e *errorSamples) addf(format string, args ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.msgs == nil {
+		e.msgs = map[string]int{}
+	}
+	if _, ok := e.msgs[fmt.Sprintf(format, args...)]; ok || len(e.msgs) < maxErrorSamples {
+		e.msgs[fmt.Sprintf(format, args...)]++
+	}
+}
+
+// list returns the samples, most frequent first.
+func (e *errorSamples) list() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	msgs := make([]string, 0, len(e.msgs))
+	for msg := range e.msgs {
+		msgs = append(msgs, msg)
+	}
+	sort.Slice(msgs, func(i, j int) bool {
+		if e.msgs[msgs[i]] != e.msgs[msgs[j]] {
+			return e.msgs[msgs[i]] > e.msgs[msgs[j]]
+		}
+		return msgs[i] < msgs[j]
+	})
+	out := make([]string, len(msgs))
+	for i, msg := range msgs {
+		out[i] = fmt.Sprintf("%d× %s", e.msgs[msg], msg)
+	}
+	return out
+}
