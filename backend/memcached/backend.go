@@ -642,10 +642,15 @@ func (c *call) openWindow(i int) (opened bool, err error) {
 		l.state, l.known = throttler.State{Used: n, End: w.end}, true
 		return true, nil
 	}
-	_ = c.roundTrip(func() error { return c.b.client.Delete(counter) })
 	if !lostRace(err) {
+		// A timeout or a broken connection does not say whether the
+		// server stored the window item. It may have: then the item names
+		// this counter, and deleting it would reopen the window later under
+		// a new end. Leave the counter to its expiry.
 		return false, fmt.Errorf("memcached: publish window: %w", err)
 	}
+	// The server refused the item, so nothing names this counter.
+	_ = c.roundTrip(func() error { return c.b.client.Delete(counter) })
 	c.b.stats.casConflicts.Add(1)
 	it, err := c.get(c.keys.window(i))
 	if err != nil {

@@ -523,13 +523,14 @@ func TestLongWindowsOutliveRelativeExpiry(t *testing.T) {
 func TestExpiration(t *testing.T) {
 	wall := func() time.Time { return time.Unix(1_800_000_000, 0) }
 	day := 24 * time.Hour
-	assert.Equal(t, int32(1), expiration(0, 0, wall), "closed state: one second")
-	assert.Equal(t, int32(2), expiration(time.Millisecond, 0, wall), "rounded up, plus one")
-	assert.Equal(t, int32(62), expiration(time.Minute, 1, wall))
-	assert.Equal(t, int32(relativeExpiryMax), expiration(30*day-time.Second, 0, wall), "largest relative")
-	assert.Equal(t, int32(1_800_000_000+relativeExpiryMax+1+absoluteExpirySlack),
+	const grace = 1 + clockMargin
+	assert.Equal(t, int32(grace), expiration(0, 0, wall), "closed state: the grace only")
+	assert.Equal(t, int32(1+grace), expiration(time.Millisecond, 0, wall), "rounded up, plus the grace")
+	assert.Equal(t, int32(60+grace+1), expiration(time.Minute, 1, wall))
+	assert.Equal(t, int32(relativeExpiryMax), expiration(30*day-grace*time.Second, 0, wall), "largest relative")
+	assert.Equal(t, int32(1_800_000_000+relativeExpiryMax+grace+absoluteExpirySlack),
 		expiration(30*day, 0, wall), "absolute past 30 days")
-	assert.Equal(t, int32(1_800_000_000+400*86400+1+absoluteExpirySlack), expiration(400*day, 0, wall))
+	assert.Equal(t, int32(1_800_000_000+400*86400+grace+absoluteExpirySlack), expiration(400*day, 0, wall))
 	assert.Equal(t, int32(0), expiration(4000*day, 0, func() time.Time { return time.Unix(2_100_000_000, 0) }),
 		"beyond 2038: no expiry rather than a wrapped one")
 }

@@ -192,10 +192,18 @@
 //
 // Expirations are garbage collection only, never a decision: a window is
 // closed when its end is at or before the request's now, whatever the
-// item's expiry. Items expire at least one second after their state stops
-// mattering (window items at their end, counters a second later, GCRA
+// item's expiry. Items expire at least four seconds after their state
+// stops mattering (window items at their end, counters a second later, GCRA
 // items at their TAT), computed from the request's now and rounded up to
-// whole seconds. memcached reads an expiration above 30 days as an
+// whole seconds: SPEC's one second of grace plus three for memcached's own
+// clock, which ticks once a second from a timer and lags further when that
+// timer fires late on a loaded host. An item that expired before its
+// window ended would make the next request open a new window, a reset time
+// that wobbles without any error.
+//
+// A publish of a window item that times out may still have been stored, so
+// its counter is then left to expire rather than deleted: deleting it would
+// strand a window item naming a counter that no longer exists. memcached reads an expiration above 30 days as an
 // absolute Unix time, so longer lifetimes (windows up to 400 days, GCRA
 // spans beyond) are converted with this host's wall clock, plus a day of
 // margin for clock differences between hosts; an absolute time past 2038
