@@ -1,0 +1,131 @@
+-- common.lua holds what decide.lua, peek.lua and refund.lua share: the
+-- helpers of throttler/algorithm.go and limit.go, each named after the Go
+-- function it mirrors line for line, and the reading and writing of states.
+-- redis.go splices it into each script right after the script's first line,
+-- its shebang, so every script Redis runs is whole in itself.
+--
+-- ARGV     now_ms, now_us, cost, grace_ms, then four per limit:
+--          algorithm (0 fixed, 1 aligned, 2 gcra), max, window_ms, burst
+-- KEYS[i]  limit i's state: a string "used:end" of two decimal integers (End
+--          in Unix ms for fixed windows, the TAT in Unix µs for GCRA). A
+--          string, not a hash: one SET ... PX writes the value and its expiry
+--          together, one GET reads it, and it is the smallest encoding. A
+--          foreign value is still caught: GET answers WRONGTYPE for any other
+--          type, and a string not in this exact format is refused.
+--
+-- Lua numbers are doubles: every integer here stays below 2^53 (MaxQuota,
+-- MaxWindow and the GCRA span bound see to it), so the arithmetic is exact.
+-- Numbers are formatted with %d: tostring would print 1.7e+15.
+
+local FIXED_WINDOW, ALIGNED_WINDOW, GCRA = 0, 1, 2
+local MAX_EXACT = 9007199254740991 -- 2^53 - 1
+
+-- floorDiv: Go's truncating a / b, made a floor when the signs differ.
+-- math.fmod truncates like Go's %, and (a - r) / b is an exact integer.
+local function floor_div(a, b)
+  local r = math.fmod(a, b)
+  local q = (a - r) / b
+  if r ~= 0 and (a < 0) ~= (b < 0) then
+    q = q - 1
+  end
+  return q
+end
+
+-- Limit.capacity
+local function capacity(l)
+  if l.Algorithm == GCRA and l.Burst > 0 then
+    return l.Burst
+  end
+  return l.Max
+end
+
+-- emissionMicros
+local function emission_micros(l)
+  local w = l.Window * 1000
+  return floor_div(w + l.Max - 1, l.Max)
+end
+
+-- limitAllows
+local function limit_allows(l, s, now_ms, now_us, cost)
+  if cost > capacity(l) then
+    return false
+  end
+  if l.Algorithm == GCRA then
+    local t = emission_micros(l)
+    local new_tat = math.max(s.End, now_us) + cost * t
+    return new_tat - capacity(l) * t <= now_us
+  end
+  local used = 0
+  if s.End > now_ms then
+    used = math.max(s.Used, 0)
+  end
+  return used + cost <= l.Max
+end
+
+-- windowOpening
+local function window_opening(l, now_ms)
+  local w = l.Window
+  if l.Algorithm == ALIGNED_WINDOW then
+    return (floor_div(now_ms, w) + 1) * w
+  end
+  return now_ms + w
+end
+
+-- read_request parses ARGV and reads every limit's state, all before any
+-- write, so that a foreign value stops a script before it changes anything.
+-- It returns nil and an error message for a foreign value.
+local function read_request()
+  local req = {
+    now_ms = tonumber(ARGV[1]),
+    now_us = tonumber(ARGV[2]),
+    cost = tonumber(ARGV[3]),
+    grace_ms = tonumber(ARGV[4]),
+    limits = {},
+    states = {},
+  }
+  for i = 1, #KEYS do
+    local a = 4 + (i - 1) * 4
+    req.limits[i] = {
+      Algorithm = tonumber(ARGV[a + 1]),
+      Max = tonumber(ARGV[a + 2]),
+      Window = tonumber(ARGV[a + 3]),
+      Burst = tonumber(ARGV[a + 4]),
+    }
+    local stored = redis.call('GET', KEYS[i])
+    if stored == false then
+      req.states[i] = {Used = 0, End = 0}
+    else
+      local used, ends = string.match(stored, '^(%-?%d+):(%-?%d+)$')
+      used, ends = tonumber(used), tonumber(ends)
+      if used == nil or ends == nil or math.abs(used) > MAX_EXACT or math.abs(ends) > MAX_EXACT then
+        return nil, 'THROTTLEKIT_FOREIGN_VALUE key ' .. KEYS[i] .. ' holds a value this script did not write'
+      end
+      req.states[i] = {Used = used, End = ends}
+    end
+  end
+  return req
+end
+
+-- write_state stores limit i's state s with a TTL for garbage collection
+-- only: grace_ms after the state stops mattering (a window's end, a
+-- bucket's TAT), counted from now, so no two clocks need to agree.
+local function write_state(i, req, s)
+  local l = req.limits[i]
+  local ttl = s.End - req.now_ms + req.grace_ms
+  if l.Algorithm == GCRA then
+    ttl = floor_div(s.End - req.now_us + 999, 1000) + req.grace_ms
+  end
+  redis.call('SET', KEYS[i], string.format('%d:%d', s.Used, s.End), 'PX', string.format('%d', ttl))
+end
+
+-- reply is what every script returns: {allowed (1 or 0), used_1, end_1,
+-- used_2, end_2, ...}, integers only.
+local function reply(allowed, states)
+  local out = {allowed and 1 or 0}
+  for i = 1, #states do
+    out[2 * i] = states[i].Used
+    out[2 * i + 1] = states[i].End
+  end
+  return out
+end
+

@@ -1,0 +1,186 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/throttlekit/throttlekit/backend/redis"
+	"github.com/throttlekit/throttlekit/throttler"
+)
+
+// The Lua scripts mirror throttler.Decide and throttler.Refund line for
+// line. This runs random sequences of decisions, refunds and peeks through
+// the scripts on a real Redis and through the Go functions on the same
+// inputs, and requires the same verdicts, the same returned states and the
+// same stored states, step by step: random policies of every algorithm,
+// quotas from 1 to MaxQuota, windows from 1 ms to 400 days, costs beyond
+// capacity, huge refunds, and a clock that jumps forwards, backwards, by
+// microseconds and to before 1970.
+func TestScriptsMirrorGo(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, standalone(t).primary.Addr())
+	b := mustBackend(t, c, redis.WithPrefix(newPrefix()))
+	rng := rand.New(rand.NewPCG(20300102, 30405))
+	const sequences, steps = 500, 40
+	deadline := time.Now().Add(60 * time.Second)
+	for seq := 0; seq < sequences && time.Now().Before(deadline); seq++ {
+		p := randomPolicy(t, rng, seq)
+		id := fmt.Sprint("seq:", seq)
+		keys := b.Keys(p, id)
+		model := make([]throttler.State, p.Len())
+		now := randomStart(rng)
+		var trail []string // what happened so far, for the failure message
+		for step := range steps {
+			req := throttler.Request{Policy: p, Identifier: id, Now: now}
+			switch op := rng.IntN(10); {
+			case op < 6:
+				req.Cost = randomCost(rng, p)
+				trail = append(trail, fmt.Sprintf("decide %d at %d µs", req.Cost, now.UnixMicro()))
+				out, err := b.Decide(ctx, req)
+				require.NoError(t, err, "%s\n%s", p, strings.Join(trail, "\n"))
+				allowed, next := throttler.Decide(p, now, req.Cost, model)
+				require.Equal(t, allowed, out.Allowed, "%s\n%s", p, strings.Join(trail, "\n"))
+				require.Equal(t, next, out.States, "%s\n%s", p, strings.Join(trail, "\n"))
+				model = next
+			case op < 8:
+				req.Cost = randomRefund(rng)
+				trail = append(trail, fmt.Sprintf("refund %d at %d µs", req.Cost, now.UnixMicro()))
+				out, err := b.Refund(ctx, req)
+				require.NoError(t, err, "%s\n%s", p, strings.Join(trail, "\n"))
+				next := throttler.Refund(p, now, req.Cost, model)
+				require.True(t, out.Allowed)
+				require.Equal(t, next, out.States, "%s\n%s", p, strings.Join(trail, "\n"))
+				model = next
+			default:
+				req.Cost = randomCost(rng, p)
+				trail = append(trail, fmt.Sprintf("peek %d at %d µs", req.Cost, now.UnixMicro()))
+				out, err := b.Peek(ctx, req)
+				require.NoError(t, err, "%s\n%s", p, strings.Join(trail, "\n"))
+				allowed, _ := throttler.Decide(p, now, req.Cost, model)
+				require.Equal(t, allowed, out.Allowed, "%s\n%s", p, strings.Join(trail, "\n"))
+				require.Equal(t, model, out.States, "%s\n%s", p, strings.Join(trail, "\n"))
+			}
+			if step%8 == 7 {
+				require.Equal(t, model, storedStates(t, c, keys), "%s\n%s", p, strings.Join(trail, "\n"))
+			}
+			now = nextNow(rng, p, now)
+		}
+		require.Equal(t, model, storedStates(t, c, keys), "%s\n%s", p, strings.Join(trail, "\n"))
+	}
+}
+
+// storedStates reads the keys as the scripts stored them; an absent key is
+// the zero State.
+func storedStates(t *testing.T, c *goredis.Client, keys []string) []throttler.State {
+	t.Helper()
+	states := make([]throttler.State, len(keys))
+	for i, k := range keys {
+		v, err := c.Get(context.Background(), k).Result()
+		if err != nil {
+			require.EqualError(t, err, "redis: nil")
+			continue
+		}
+		used, end, ok := strings.Cut(v, ":")
+		require.True(t, ok, "%s = %q", k, v)
+		var err1, err2 error
+		states[i].Used, err1 = strconv.ParseInt(used, 10, 64)
+		states[i].End, err2 = strconv.ParseInt(end, 10, 64)
+		require.NoError(t, err1, "%s = %q", k, v)
+		require.NoError(t, err2, "%s = %q", k, v)
+	}
+	return states
+}
+
+func randomPolicy(t *testing.T, rng *rand.Rand, seq int) *throttler.Policy {
+	maxes := []int64{1, 2, 3, 5, 10, 100, 1000, 1_000_000, throttler.MaxQuota}
+	windows := []time.Duration{time.Millisecond, 7 * time.Millisecond, time.Second, 1500 * time.Millisecond,
+		time.Minute, time.Hour, 24 * time.Hour, throttler.MaxWindow}
+	for {
+		n := 1 + rng.IntN(3)
+		limits := make([]throttler.Limit, n)
+		for i := range limits {
+			l := throttler.Limit{
+				Name:      fmt.Sprint("l", i),
+				Max:       maxes[rng.IntN(len(maxes))],
+				Window:    windows[rng.IntN(len(windows))],
+				Algorithm: throttler.Algorithm(rng.IntN(3)),
+			}
+			if rng.IntN(4) == 0 {
+				l.Max = 1 + rng.Int64N(50)
+			}
+			if rng.IntN(4) == 0 {
+				l.Window = time.Duration(1+rng.Int64N(int64(throttler.MaxWindow/time.Millisecond))) * time.Millisecond
+			}
+			if l.Algorithm == throttler.GCRA && rng.IntN(2) == 0 {
+				l.Burst = 1 + rng.Int64N(2*l.Max)
+			}
+			limits[i] = l
+		}
+		p, err := throttler.NewPolicy(fmt.Sprint("diff", seq), limits)
+		if err == nil {
+			return p
+		}
+		// Some GCRA bursts exceed the span bound: draw again.
+		require.ErrorIs(t, err, throttler.ErrInvalidLimit)
+	}
+}
+
+func randomStart(rng *rand.Rand) time.Time {
+	switch rng.IntN(10) {
+	case 0: // before the epoch: floor division on negative times
+		return time.UnixMicro(-rng.Int64N(1e15))
+	case 1:
+		return time.UnixMicro(rng.Int64N(1e6))
+	default:
+		return time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC).Add(time.Duration(rng.Int64N(int64(365 * 24 * time.Hour))))
+	}
+}
+
+func randomCost(rng *rand.Rand, p *throttler.Policy) int64 {
+	switch rng.IntN(10) {
+	case 0:
+		return 0
+	case 1: // around the smallest capacity, beyond it included
+		c := p.Limit(0).Max
+		return c + rng.Int64N(3) - 1
+	case 2:
+		return rng.Int64N(10)
+	default:
+		return 1
+	}
+}
+
+func randomRefund(rng *rand.Rand) int64 {
+	switch rng.IntN(6) {
+	case 0:
+		return 0
+	case 1:
+		return 1 << 50
+	default:
+		return 1 + rng.Int64N(3)
+	}
+}
+
+func nextNow(rng *rand.Rand, p *throttler.Policy, now time.Time) time.Time {
+	w := p.Limit(rng.IntN(p.Len())).Window
+	switch rng.IntN(10) {
+	case 0: // backwards
+		return now.Add(-time.Duration(rng.Int64N(int64(w))))
+	case 1: // past the window
+		return now.Add(w + time.Duration(rng.Int64N(int64(w))))
+	case 2, 3: // microseconds
+		return now.Add(time.Duration(rng.Int64N(5000)) * time.Microsecond)
+	case 4: // not at all
+		return now
+	default:
+		return now.Add(time.Duration(rng.Int64N(int64(w)/3 + 1)))
+	}
+}

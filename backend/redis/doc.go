@@ -1,0 +1,126 @@
+// Package redis is throttlekit's Redis backend: one Lua script call decides
+// one identifier's whole policy, every limit at once, atomically and all or
+// nothing, in one network round trip. Redis runs each script alone, so
+// decisions are exact under any concurrency and for any cost: with cost 1,
+// exactly Max requests are allowed per fixed window, from any number of
+// hosts. It needs Redis 7.0 or later (script flags and EVALSHA_RO) and works
+// through any go-redis v9 client.
+//
+// # Clients
+//
+// New takes any go-redis client; the backend needs only Client, a small
+// part of each. A standalone server:
+//
+//	rdb := goredis.NewClient(&goredis.Options{Addr: "localhost:6379"})
+//	backend, err := redis.New(rdb)
+//
+// A Redis Cluster (all of an identifier's keys share one slot, see Keys):
+//
+//	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs})
+//	backend, err := redis.New(rdb)
+//
+// Sentinel (a failover client is a *goredis.Client that follows the
+// primary Sentinel names; decisions survive the failover, see Scripts):
+//
+//	rdb := goredis.NewFailoverClient(&goredis.FailoverOptions{
+//		MasterName: "throttle", SentinelAddrs: sentinels})
+//	backend, err := redis.New(rdb)
+//
+// go-redis's auto-pipeliner batches the script calls of concurrent
+// decisions into pipelines, which raises throughput under load:
+//
+//	ap, err := rdb.AutoPipeline()
+//	backend, err := redis.New(ap)
+//
+// The auto-pipeliner runs a queued command on its own context, not the
+// caller's; the backend then enforces the caller's context itself, so the
+// throttler's per-call timeout holds all the same (an abandoned command may
+// still run later, as one on a timed-out connection may).
+//
+// # Replica reads
+//
+// Peeks (Throttler.Peek, and the read behind a request that can never be
+// allowed) run peek.lua, a read-only script, with EVALSHA_RO, which a
+// replica accepts. WithReadClient sends them to a client of their own:
+//
+//	// A standalone replica, or a Sentinel client with ReplicaOnly set:
+//	backend, err := redis.New(primary, redis.WithReadClient(replica))
+//
+//	// The replicas of a cluster:
+//	reads := goredis.NewClusterClient(&goredis.ClusterOptions{
+//		Addrs: addrs, ReadOnly: true})
+//	backend, err := redis.New(rdb, redis.WithReadClient(reads))
+//
+// A replica may lag and may still hold a window that has closed. Peeks never
+// trust that: a window counts only while the throttler's now is before its
+// stored end, so a peek after the window's end reports a fresh window,
+// whatever the replica holds. (go-redis routes read-only commands only to
+// the replicas CLUSTER SLOTS lists; Redis leaves out a replica whose
+// primary has not replicated anything yet.) Decisions, refunds and resets
+// always go to the primary.
+//
+// # Keys
+//
+// Each limit of a policy has one key per identifier:
+//
+//	<prefix>{<escaped identifier>}:<policy key>:<limit key>
+//	throttlekit:{user%3A42}:api:5000%2Fh:fixed:3600000
+//
+// The prefix is DefaultPrefix unless WithPrefix says otherwise, and holds no
+// brace. The identifier is escaped with throttler.EscapeKey, whose output
+// holds only letters, digits, '-', '.', '_' and '%XX' escapes, so the braces
+// around it are the key's hash tag: all of an identifier's keys land in one
+// cluster slot, whatever bytes it holds, and no identifier can move its keys
+// to another slot with braces of its own. Escaping is injective, so distinct
+// identifiers never share a key. The policy key and the limit key are
+// Policy.PolicyKey and Policy.LimitKey: the limit's name, algorithm and
+// window (and GCRA burst), so two limits never share a counter and raising
+// a limit's Max keeps its count.
+//
+// A key holds the string "used:end": for fixed windows the units used and
+// the window's end in Unix milliseconds, for GCRA 0 and the theoretical
+// arrival time in Unix microseconds. A key of another type, or a string in
+// another format, is reported as ErrForeignValue and changes nothing.
+//
+// # Scripts
+//
+// There is one script per operation: decide.lua, peek.lua and refund.lua,
+// embedded in the binary, each with the helpers they share (common.lua)
+// spliced in after its shebang line. Each gets every key of the policy in KEYS, and in
+// ARGV the throttler's now (in milliseconds and microseconds), the cost, the
+// expiry grace and each limit's algorithm, Max, window and Burst. Each
+// returns integers: the verdict and every limit's state (Used, End). The
+// throttler computes every figure of the result from those with
+// throttler.Evaluate.
+//
+// decide.lua and refund.lua mirror throttler.Decide and throttler.Refund
+// line for line, as the helpers in common.lua mirror the functions they
+// call, with the same names and order and comments naming each Go function;
+// a test runs both on the same random sequences and requires identical
+// states and verdicts. Every read and
+// check comes before the first write, and the scripts carry a shebang, so
+// Redis refuses them up front when out of memory: a decision is all or
+// nothing. Lua numbers are doubles, exact below 2^53: throttler.MaxQuota
+// and the window bounds keep every count far below that, and a request
+// whose now lies outside the years 1700 to 2240 or so, where microseconds
+// would not be exact, is refused with ErrTimeOutOfRange.
+//
+// Time is the throttler's: now travels with each request, and the scripts
+// never read the server's clock. The stored window end is what every result
+// reports as ResetAt, identical for every decision of a window from every
+// host (GitHub's fix for a wobbling reset time). Expiry is garbage
+// collection only: each write sets a TTL of (end - now) plus the expiry
+// grace (DefaultExpiryGrace, one second, unless WithExpiryGrace says
+// otherwise), relative, so that it needs no agreement between clocks.
+//
+// Scripts are run with EVALSHA, falling back to EVAL in the same call when
+// the server answers NOSCRIPT, so a decision survives SCRIPT FLUSH, a
+// restart and a failover to a server that never saw the script.
+//
+// # Failures
+//
+// A network failure, a timeout, a foreign value or a reply of the wrong
+// shape (ErrUnexpectedReply, as a proxy might send) is returned as an
+// error, never as a verdict and never as a panic; the throttler then
+// applies the policy's failure mode and marks the result degraded.
+package redis

@@ -1,0 +1,75 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/throttlekit/throttlekit/backend/redis"
+	"github.com/throttlekit/throttlekit/throttler"
+)
+
+// Example limits one user's calls under GitHub-style limits, on a Redis
+// server at localhost:6379. It has no checked output: it needs that server.
+func Example() {
+	rdb := goredis.NewClient(&goredis.Options{Addr: "localhost:6379"})
+	defer rdb.Close()
+	backend, err := redis.New(rdb, redis.WithPrefix("myapp:"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	th := throttler.New(backend)
+	policy, err := throttler.ParsePolicy("api", "10/s, 5000/h")
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	r, err := th.Allow(context.Background(), policy, "user:42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if r.Degraded {
+		log.Printf("redis failed, failing open: %v", r.Err)
+	}
+	fmt.Println(r.Allowed, r.Remaining, r.ResetAt)
+}
+
+// ExampleWithReadClient sends peeks to the replicas of a Redis Cluster.
+func ExampleWithReadClient() {
+	addrs := []string{"localhost:7000", "localhost:7001", "localhost:7002"}
+	primaries := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs})
+	defer primaries.Close()
+	replicas := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ReadOnly: true})
+	defer replicas.Close()
+	backend, err := redis.New(primaries, redis.WithReadClient(replicas))
+	if err != nil {
+		log.Fatal(err)
+	}
+	th := throttler.New(backend)
+	policy, err := throttler.ParsePolicy("api", "5000/h")
+	if err != nil {
+		log.Fatal(err)
+	}
+	r, err := th.Peek(context.Background(), policy, "user:42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(r.Remaining, r.ResetAt)
+}
+
+// The auto-pipeliner batches concurrent decisions into pipelines.
+func ExampleNew_autoPipeline() {
+	rdb := goredis.NewClient(&goredis.Options{Addr: "localhost:6379"})
+	defer rdb.Close()
+	ap, err := rdb.AutoPipeline()
+	if err != nil {
+		log.Fatal(err)
+	}
+	backend, err := redis.New(ap)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = throttler.New(backend)
+}

@@ -1,0 +1,384 @@
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/throttlekit/throttlekit/throttler"
+)
+
+// Errors of this package. Each is matched with errors.Is; the throttler
+// also wraps every backend failure in throttler.ErrBackend.
+var (
+	// ErrInvalidOption reports a configuration New cannot use: a nil
+	// client, an expiry grace below one second, or an invalid prefix.
+	ErrInvalidOption = errors.New("redis: invalid option")
+
+	// ErrInvalidPrefix reports a key prefix holding '{' or '}', which would
+	// move the hash tag away from the identifier and break Redis Cluster
+	// routing. Its errors also match ErrInvalidOption.
+	ErrInvalidPrefix = errors.New("redis: key prefix must not contain '{' or '}'")
+
+	// ErrUnexpectedReply reports a reply this package cannot read: the wrong
+	// shape, type or length, as a proxy or an incompatible server might send.
+	// It also matches throttler.ErrBadReply.
+	ErrUnexpectedReply = fmt.Errorf("redis: unexpected reply: %w", throttler.ErrBadReply)
+
+	// ErrTimeOutOfRange reports a request whose now is too far from 1970
+	// for the scripts to compute exactly: Lua numbers are doubles, exact
+	// below 2^53, which in microseconds is about 285 years. Times from 1700
+	// to 2240 are always in range.
+	ErrTimeOutOfRange = errors.New("redis: request time out of range")
+
+	// ErrForeignValue reports that a key of this backend holds a value it
+	// did not write: another type (Redis answers WRONGTYPE) or a string not
+	// in the "used:end" format. The script stops before any write, so the
+	// decision changes nothing; the throttler applies the failure mode.
+	ErrForeignValue = errors.New("redis: key holds a value this backend did not write")
+)
+
+// DefaultPrefix starts every key unless WithPrefix says otherwise.
+const DefaultPrefix = "throttlekit:"
+
+// DefaultExpiryGrace is how long a state outlives the moment it stops
+// mattering (its window's end, or its GCRA bucket being full again) unless
+// WithExpiryGrace says otherwise.
+const DefaultExpiryGrace = time.Second
+
+// maxExactMicros bounds |now| in Unix microseconds, so that every number a
+// script computes stays below 2^53: a stored GCRA TAT lies at most
+// 10 * throttler.MaxWindow after the latest now.
+const maxExactMicros = 1<<53 - int64(10*throttler.MaxWindow/time.Microsecond)
+
+// foreignValueReply starts the error reply of a script that found a value it
+// did not write.
+const foreignValueReply = "THROTTLEKIT_FOREIGN_VALUE"
+
+// The scripts, one per operation, each with common.lua spliced in after its
+// shebang. goredis.Script runs EVALSHA and falls back to EVAL on NOSCRIPT,
+// so decisions survive SCRIPT FLUSH, restarts and failovers to a server
+// that never saw the script.
+var (
+	//go:embed common.lua
+	commonSource string
+	//go:embed decide.lua
+	decideSource string
+	//go:embed peek.lua
+	peekSource string
+	//go:embed refund.lua
+	refundSource string
+
+	decideScript = goredis.NewScript(withCommon(decideSource))
+	peekScript   = goredis.NewScript(withCommon(peekSource))
+	refundScript = goredis.NewScript(withCommon(refundSource))
+)
+
+// withCommon returns script with common.lua inserted after its first line:
+// Redis reads script flags only from a shebang on the very first line.
+func withCommon(script string) string {
+	shebang, body, _ := strings.Cut(script, "\n")
+	return shebang + "\n" + commonSource + body
+}
+
+// Client is the part of a go-redis client the backend uses. Every go-redis
+// client implements it: *goredis.Client (standalone, or a Sentinel failover
+// client from NewFailoverClient), *goredis.ClusterClient (also from
+// NewFailoverClusterClient), *goredis.Ring, *goredis.AutoPipeliner and the
+// goredis.UniversalClient interface.
+type Client interface {
+	goredis.Scripter
+	Del(ctx context.Context, keys ...string) *goredis.IntCmd
+	Ping(ctx context.Context) *goredis.StatusCmd
+}
+
+var (
+	_ throttler.Backend  = (*Backend)(nil)
+	_ throttler.Peeker   = (*Backend)(nil)
+	_ throttler.Refunder = (*Backend)(nil)
+	_ throttler.Resetter = (*Backend)(nil)
+	_ throttler.Pinger   = (*Backend)(nil)
+
+	_ Client = (*goredis.Client)(nil)
+	_ Client = (*goredis.ClusterClient)(nil)
+	_ Client = (*goredis.Ring)(nil)
+	_ Client = (*goredis.AutoPipeliner)(nil)
+	_ Client = goredis.UniversalClient(nil)
+)
+
+// Backend is a throttler.Backend over Redis: one script call decides all the
+// limits of one identifier's policy, atomically, in one round trip. It is
+// safe for concurrent use by any number of goroutines, processes and hosts.
+// Build it with New.
+type Backend struct {
+	client conn
+	reader conn
+	// ownReader is set when WithReadClient gave peeks a client of their own.
+	ownReader bool
+	prefix    string
+	// graceMs is the expiry grace in milliseconds, boxed once for ARGV.
+	graceMs any
+}
+
+// conn is a client and whether the backend must enforce the caller's context
+// itself, because the client does not (an AutoPipeliner runs queued commands
+// on its own context).
+type conn struct {
+	Client
+	detached bool
+}
+
+func newConn(c Client) conn {
+	_, detached := c.(*goredis.AutoPipeliner)
+	return conn{Client: c, detached: detached}
+}
+
+// Option configures a Backend.
+type Option func(*config)
+
+type config struct {
+	prefix string
+	reader Client
+	grace  time.Duration
+}
+
+// WithPrefix sets the string every key starts with; the default is
+// DefaultPrefix. It must not contain '{' or '}' (ErrInvalidPrefix): the
+// hash tag of a key belongs to the identifier. Give each application its
+// own prefix when several share a Redis.
+func WithPrefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
+
+// WithReadClient sends peeks (Throttler.Peek) to r instead of the main
+// client: a client connected to a replica, a Sentinel client with
+// ReplicaOnly set, or a cluster client with ReadOnly (or RouteRandomly, or
+// RouteByLatency) set. Peeks run a read-only script with EVALSHA_RO, which
+// replicas accept, and ignore any window that has closed, whatever a lagging
+// replica still holds. Decisions, refunds and resets always go to the main
+// client. A nil r means the main client.
+func WithReadClient(r Client) Option { return func(c *config) { c.reader = r } }
+
+// WithExpiryGrace sets how long a stored state outlives the moment it stops
+// mattering; the default is DefaultExpiryGrace, and less than a second is
+// an error (ErrInvalidOption). Expiry is garbage collection only: it never
+// decides anything. Raise it above the largest clock difference between
+// the hosts that share this Redis, so that a host whose clock is behind
+// never finds live state expired.
+func WithExpiryGrace(d time.Duration) Option { return func(c *config) { c.grace = d } }
+
+// New returns a Backend over client. See the package documentation for
+// the clients that fit and the keys the backend writes.
+func New(client Client, opts ...Option) (*Backend, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: nil client", ErrInvalidOption)
+	}
+	cfg := config{prefix: DefaultPrefix, grace: DefaultExpiryGrace}
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	if strings.ContainsAny(cfg.prefix, "{}") {
+		return nil, fmt.Errorf("%w: %w: %q", ErrInvalidOption, ErrInvalidPrefix, cfg.prefix)
+	}
+	if cfg.grace < time.Second {
+		return nil, fmt.Errorf("%w: expiry grace %v is below one second", ErrInvalidOption, cfg.grace)
+	}
+	b := &Backend{client: newConn(client), prefix: cfg.prefix, graceMs: any(cfg.grace.Milliseconds())}
+	b.reader = b.client
+	if cfg.reader != nil {
+		b.reader, b.ownReader = newConn(cfg.reader), true
+	}
+	return b, nil
+}
+
+// Keys returns the keys that hold identifier's state under p, one per limit
+// in the policy's order:
+//
+//	<prefix>{<escaped identifier>}:<p.PolicyKey()>:<p.LimitKey(i)>
+//
+// The identifier is escaped with throttler.EscapeKey, whose output holds no
+// brace, so the part in braces is the hash tag: every key of an identifier
+// lands in one Redis Cluster slot whatever bytes it holds. A nil policy has
+// no keys.
+func (b *Backend) Keys(p *throttler.Policy, identifier string) []string {
+	if p == nil {
+		return nil
+	}
+	id, policy := throttler.EscapeKey(identifier), p.PolicyKey()
+	keys := make([]string, p.Len())
+	for i := range keys {
+		keys[i] = b.prefix + "{" + id + "}:" + policy + ":" + p.LimitKey(i)
+	}
+	return keys
+}
+
+// Decide implements throttler.Backend with one call of decide.lua.
+func (b *Backend) Decide(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+	return b.runScript(ctx, b.client, decideScript, false, req)
+}
+
+// Peek implements throttler.Peeker with one call of the read-only peek.lua
+// (EVALSHA_RO) on the read client (WithReadClient), or the main client.
+func (b *Backend) Peek(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+	return b.runScript(ctx, b.reader, peekScript, true, req)
+}
+
+// Refund implements throttler.Refunder with one call of refund.lua.
+func (b *Backend) Refund(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+	return b.runScript(ctx, b.client, refundScript, false, req)
+}
+
+// Reset implements throttler.Resetter: it deletes every key of the
+// identifier's policy with one DEL (the keys share a slot).
+func (b *Backend) Reset(ctx context.Context, p *throttler.Policy, identifier string) error {
+	if err := checkInput(p, identifier, 0); err != nil {
+		return err
+	}
+	keys := b.Keys(p, identifier)
+	_, err := await(ctx, b.client.detached, func() (int64, error) { return b.client.Del(ctx, keys...).Result() })
+	return err
+}
+
+// Ping implements throttler.Pinger. It pings the main client and, when
+// WithReadClient set one, the read client. A cluster client is pinged on
+// every primary, since any of them may hold an identifier's slot.
+func (b *Backend) Ping(ctx context.Context) error {
+	if err := ping(ctx, b.client); err != nil {
+		return err
+	}
+	if b.ownReader {
+		if err := ping(ctx, b.reader); err != nil {
+			return fmt.Errorf("read client: %w", err)
+		}
+	}
+	return nil
+}
+
+func ping(ctx context.Context, c conn) error {
+	if cc, ok := c.Client.(*goredis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, node *goredis.Client) error {
+			return node.Ping(ctx).Err()
+		})
+	}
+	_, err := await(ctx, c.detached, func() (string, error) { return c.Ping(ctx).Result() })
+	return err
+}
+
+// runScript runs one of the scripts for req and reads its reply.
+func (b *Backend) runScript(ctx context.Context, c conn, script *goredis.Script, readOnly bool, req throttler.Request) (throttler.Outcome, error) {
+	if err := checkInput(req.Policy, req.Identifier, req.Cost); err != nil {
+		return throttler.Outcome{}, err
+	}
+	if us := req.Now.UnixMicro(); us > maxExactMicros || us < -maxExactMicros {
+		return throttler.Outcome{}, fmt.Errorf("%w: %v", ErrTimeOutOfRange, req.Now)
+	}
+	keys := b.Keys(req.Policy, req.Identifier)
+	args := b.scriptArgs(req)
+	reply, err := await(ctx, c.detached, func() (any, error) {
+		if readOnly {
+			return script.RunRO(ctx, c, keys, args...).Result()
+		}
+		return script.Run(ctx, c, keys, args...).Result()
+	})
+	if err != nil {
+		return throttler.Outcome{}, classify(err)
+	}
+	return parseReply(reply, len(keys))
+}
+
+// scriptArgs builds ARGV as the scripts read it: now in milliseconds and
+// microseconds, the cost, the expiry grace, then each limit's algorithm,
+// Max, window in milliseconds and Burst.
+func (b *Backend) scriptArgs(req throttler.Request) []any {
+	p := req.Policy
+	args := make([]any, 0, 4+4*p.Len())
+	args = append(args, req.Now.UnixMilli(), req.Now.UnixMicro(), req.Cost, b.graceMs)
+	for i := range p.Len() {
+		l := p.Limit(i)
+		args = append(args, int64(l.Algorithm), l.Max, l.Window.Milliseconds(), l.Burst)
+	}
+	return args
+}
+
+// checkInput repeats the throttler's checks for callers that use the
+// backend directly, so that no input reaches Redis malformed.
+func checkInput(p *throttler.Policy, identifier string, cost int64) error {
+	if p == nil || p.Len() == 0 {
+		return fmt.Errorf("%w: nil or zero policy", throttler.ErrInvalidPolicy)
+	}
+	if err := throttler.ValidateIdentifier(identifier); err != nil {
+		return err
+	}
+	if cost < 0 {
+		return fmt.Errorf("%w: %d is negative", throttler.ErrInvalidCost, cost)
+	}
+	return nil
+}
+
+// await runs f, returning early with ctx's error once ctx is done when the
+// client is detached from the caller's context. The abandoned command may
+// still run on the server, as a command on a connection that timed out may.
+func await[T any](ctx context.Context, detached bool, f func() (T, error)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	if !detached || ctx.Done() == nil {
+		return f()
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := f()
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
+// classify marks the errors that mean a key holds a value this backend did
+// not write.
+func classify(err error) error {
+	if goredis.HasErrorPrefix(err, "WRONGTYPE") || goredis.HasErrorPrefix(err, foreignValueReply) {
+		return fmt.Errorf("%w: %w", ErrForeignValue, err)
+	}
+	return err
+}
+
+// parseReply reads a script's reply, {allowed, used_1, end_1, ...}, for a
+// policy of n limits. Anything else is ErrUnexpectedReply, never a panic.
+func parseReply(reply any, n int) (throttler.Outcome, error) {
+	items, ok := reply.([]any)
+	if !ok {
+		return throttler.Outcome{}, fmt.Errorf("%w: %T, want an array", ErrUnexpectedReply, reply)
+	}
+	if len(items) != 1+2*n {
+		return throttler.Outcome{}, fmt.Errorf("%w: %d elements, want %d", ErrUnexpectedReply, len(items), 1+2*n)
+	}
+	ints := make([]int64, len(items))
+	for i, item := range items {
+		v, ok := item.(int64)
+		if !ok {
+			return throttler.Outcome{}, fmt.Errorf("%w: element %d is %T, want an integer", ErrUnexpectedReply, i, item)
+		}
+		ints[i] = v
+	}
+	if ints[0] != 0 && ints[0] != 1 {
+		return throttler.Outcome{}, fmt.Errorf("%w: verdict %d, want 0 or 1", ErrUnexpectedReply, ints[0])
+	}
+	out := throttler.Outcome{Allowed: ints[0] == 1, States: make([]throttler.State, n)}
+	for i := range out.States {
+		out.States[i] = throttler.State{Used: ints[1+2*i], End: ints[2+2*i]}
+	}
+	return out, nil
+}
