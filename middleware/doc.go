@@ -51,7 +51,7 @@
 //	Header                 Allowed              Denied                 Never allowed   Degraded
 //	X-RateLimit-Limit      quota of binding     same                   same            same
 //	X-RateLimit-Remaining  remaining            0                      0               omitted
-//	X-RateLimit-Used       units spent          units spent            units spent     omitted
+//	X-RateLimit-Used       units spent          = Limit                = Limit         omitted
 //	X-RateLimit-Reset      ResetAt, Unix s, up  same                   same            omitted
 //	X-RateLimit-Resource   resource name        same                   same            same
 //	RateLimit-Policy       every limit          same                   same            same

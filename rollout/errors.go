@@ -11,6 +11,9 @@ var (
 	// backend or flag source, an unknown mode or side, an empty feature name.
 	ErrInvalidConfig = errors.New("rollout: invalid configuration")
 
+	// ErrNotInitialized reports a Backend that was not built by New.
+	ErrNotInitialized = errors.New("rollout: backend not built by New")
+
 	// ErrSecondary wraps every failure of the secondary backend in mirror
 	// and shadow modes. Such failures never change a decision; they are
 	// counted in Stats and passed to the secondary error handler.

@@ -115,10 +115,21 @@ func (b *Backend) Backends() (oldBackend, newBackend throttler.Backend) {
 // Side returns the backend that serves identifier now: the flag source's
 // split, or the default side before the source has an answer.
 func (b *Backend) Side(identifier string) Side {
+	if b.source == nil {
+		return b.fallback
+	}
 	if sp := b.source.Split(); sp != nil {
 		return sp.Side(identifier)
 	}
 	return b.fallback
+}
+
+// ready reports whether b was built by New.
+func (b *Backend) ready() error {
+	if b == nil || b.source == nil || b.backends[SideOld] == nil || b.backends[SideNew] == nil {
+		return ErrNotInitialized
+	}
+	return nil
 }
 
 // route is Side, counting decisions routed by the default.
@@ -137,6 +148,9 @@ func (b *Backend) route(identifier string) Side {
 // and the two outcomes are compared. Failures of the other backend never
 // change the outcome returned.
 func (b *Backend) Decide(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+	if err := b.ready(); err != nil {
+		return throttler.Outcome{}, err
+	}
 	side := b.route(req.Identifier)
 	out, err := b.backends[side].Decide(ctx, req)
 	if err != nil || b.mode == SplitMode {
@@ -209,6 +223,9 @@ func headroom(req throttler.Request, states []throttler.State) int64 {
 // its own Peek when it has one, otherwise through Decide with cost 0 (the
 // throttler's fallback). The other backend is not consulted in any mode.
 func (b *Backend) Peek(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+	if err := b.ready(); err != nil {
+		return throttler.Outcome{}, err
+	}
 	req.Cost = 0
 	backend := b.backends[b.Side(req.Identifier)]
 	if pk, ok := backend.(throttler.Peeker); ok {
@@ -227,6 +244,9 @@ func (b *Backend) Peek(ctx context.Context, req throttler.Request) (throttler.Ou
 // Fallback: a serving backend without Refunder makes Refund return an error
 // wrapping throttler.ErrUnsupported; a secondary without it is skipped.
 func (b *Backend) Refund(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+	if err := b.ready(); err != nil {
+		return throttler.Outcome{}, err
+	}
 	side := b.Side(req.Identifier)
 	rf, ok := b.backends[side].(throttler.Refunder)
 	if !ok {
@@ -249,6 +269,9 @@ func (b *Backend) Refund(ctx context.Context, req throttler.Request) (throttler.
 // The error joins the failures of either backend; a backend without
 // Resetter gives an error wrapping throttler.ErrUnsupported.
 func (b *Backend) Reset(ctx context.Context, p *throttler.Policy, identifier string) error {
+	if err := b.ready(); err != nil {
+		return err
+	}
 	var errs [2]error
 	for side, backend := range b.backends {
 		rs, ok := backend.(throttler.Resetter)
@@ -268,6 +291,9 @@ func (b *Backend) Reset(ctx context.Context, p *throttler.Policy, identifier str
 // deploy. The error joins both failures; a backend without Pinger counts as
 // reachable (the throttler's fallback).
 func (b *Backend) Ping(ctx context.Context) error {
+	if err := b.ready(); err != nil {
+		return err
+	}
 	var errs [2]error
 	for side, backend := range b.backends {
 		if pg, ok := backend.(throttler.Pinger); ok {

@@ -511,3 +511,19 @@ func TestDefaultSide(t *testing.T) {
 	assert.Equal(t, 1, oldB.Len())
 	assert.Equal(t, 1, newB.Len())
 }
+
+func TestZeroBackendFailsWithoutPanicking(t *testing.T) {
+	var b Backend
+	p := mustPolicy(t, "api", "3/min")
+	req := throttler.Request{Policy: p, Identifier: "x", Cost: 1, Now: t0}
+	ctx := context.Background()
+	_, err := b.Decide(ctx, req)
+	assert.ErrorIs(t, err, ErrNotInitialized)
+	_, err = b.Peek(ctx, req)
+	assert.ErrorIs(t, err, ErrNotInitialized)
+	_, err = b.Refund(ctx, req)
+	assert.ErrorIs(t, err, ErrNotInitialized)
+	assert.ErrorIs(t, b.Reset(ctx, p, "x"), ErrNotInitialized)
+	assert.ErrorIs(t, b.Ping(ctx), ErrNotInitialized)
+	assert.Equal(t, SideOld, b.Side("x"))
+}

@@ -7,8 +7,9 @@ import (
 
 // Request is one decision for one identifier, as a Backend receives it. The
 // Throttler has validated every field before a backend sees it: Policy is
-// non-nil and valid, Identifier is 1 to MaxIdentifierLen bytes, Cost is 0 to
-// the policy's smallest capacity.
+// non-nil and valid, Identifier is 1 to MaxIdentifierLen bytes, Now lies
+// between the Unix epoch and MaxTime, and Cost is 0 to the policy's smallest
+// capacity for Decide and Peek, and any n >= 0 for Refund.
 type Request struct {
 	// Policy holds the limits to decide, all together.
 	Policy *Policy

@@ -1,9 +1,25 @@
 package throttler
 
 import (
+	"fmt"
 	"sync"
 	"time"
 )
+
+// MaxTime is the latest clock reading a Throttler decides with: the start of
+// 2200 UTC. Its Unix microseconds stay below 2^53, so every stored time is
+// an exact integer even in a float64 (Redis Lua computes with those). The
+// earliest is the Unix epoch.
+var MaxTime = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// checkTime reports whether t is a clock reading the throttler decides
+// with; the error wraps ErrClockOutOfRange.
+func checkTime(t time.Time) error {
+	if t.Before(time.Unix(0, 0)) || t.After(MaxTime) {
+		return fmt.Errorf("%w: %v is outside [1970-01-01, %v]", ErrClockOutOfRange, t, MaxTime.Format(time.DateOnly))
+	}
+	return nil
+}
 
 // Clock supplies the time for every decision. Backends never read a clock
 // of their own: the reading travels with each Request.

@@ -38,6 +38,13 @@ var (
 	// wrapped together with ErrBackend.
 	ErrBadReply = errors.New("throttler: malformed backend reply")
 
+	// ErrClockOutOfRange reports a clock reading before the Unix epoch or
+	// after MaxTime. Stored times are integer Unix milliseconds and
+	// microseconds that every store must hold exactly; a reading outside
+	// that range is a broken clock, and deciding with it would give wrong
+	// answers. The zero time (a zero ManualClock) is such a reading.
+	ErrClockOutOfRange = errors.New("throttler: clock reading out of range")
+
 	// ErrUnsupported reports an optional operation (Refund, Reset, Ping) on
 	// a backend that does not implement the matching interface.
 	ErrUnsupported = errors.New("throttler: operation not supported by backend")

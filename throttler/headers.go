@@ -70,11 +70,12 @@ type HeaderOptions struct {
 //
 // What each header carries:
 //
-//   - X-RateLimit-Limit, -Used and -Resource: the binding limit's quota,
-//     units spent, and the resource name.
-//   - X-RateLimit-Remaining: the binding limit's remaining units; 0 on any
-//     denial, even one of a cost larger than what remains, so that a
-//     denial never claims quota.
+//   - X-RateLimit-Limit and -Resource: the binding limit's quota and the
+//     resource name.
+//   - X-RateLimit-Remaining and -Used: the binding limit's remaining and
+//     spent units. On any denial, even one of a cost larger than what
+//     remains, Remaining is 0 and Used is the limit, so that a denial never
+//     claims quota and the two still add up to the limit.
 //   - X-RateLimit-Reset: r.ResetAt in Unix seconds, rounded up. It depends
 //     on the stored window end only, so every response of one fixed window
 //     carries the same value.
@@ -117,12 +118,14 @@ func (r Result) WriteHeaders(h http.Header, now time.Time, p *Policy, opts Heade
 		h.Set(HeaderLimit, strconv.FormatInt(r.Limit, 10))
 		h.Set(HeaderResource, headerSafe(resource))
 		if stateKnown {
-			remaining := max(r.Remaining, 0)
+			remaining, used := max(r.Remaining, 0), max(r.Used, 0)
 			if denied {
-				remaining = 0
+				// A denial never claims quota, and the two counts still
+				// add up to the limit, as GitHub's clients expect.
+				remaining, used = 0, r.Limit
 			}
 			h.Set(HeaderRemaining, strconv.FormatInt(remaining, 10))
-			h.Set(HeaderUsed, strconv.FormatInt(max(r.Used, 0), 10))
+			h.Set(HeaderUsed, strconv.FormatInt(used, 10))
 			h.Set(HeaderReset, strconv.FormatInt(CeilUnix(r.ResetAt), 10))
 		} else {
 			h.Del(HeaderRemaining)

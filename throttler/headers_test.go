@@ -103,7 +103,7 @@ func TestWriteHeadersDenialNeverClaimsQuota(t *testing.T) {
 	require.EqualValues(t, 1, r.Remaining, "the result itself is exact")
 	h := headersFor(r, headersT0, p, throttler.HeaderOptions{})
 	assert.Equal(t, "0", h.Get(throttler.HeaderRemaining))
-	assert.Equal(t, "2", h.Get(throttler.HeaderUsed))
+	assert.Equal(t, "3", h.Get(throttler.HeaderUsed), "Used + Remaining still equals Limit")
 	assert.Equal(t, `"api";r=0;t=60`, h.Get(throttler.HeaderRateLimit))
 	assert.Equal(t, "60", h.Get(throttler.HeaderRetryAfter))
 }

@@ -43,7 +43,11 @@ func (t *Throttler) AllowAll(ctx context.Context, cost int64, subjects ...Subjec
 	// spent, the same way AllowN answers it.
 	for _, s := range subjects {
 		if cost > s.Policy.capacity() {
-			r, err := t.neverAllowed(ctx, Request{Policy: s.Policy, Identifier: s.Identifier, Cost: cost, Now: t.clock.Now()})
+			now, err := t.now()
+			if err != nil {
+				return Result{}, err
+			}
+			r, err := t.neverAllowed(ctx, Request{Policy: s.Policy, Identifier: s.Identifier, Cost: cost, Now: now})
 			return combine([]Result{r}), err
 		}
 	}
@@ -96,10 +100,14 @@ func (t *Throttler) wouldAllow(s Subject, cost int64, peek Result) Result {
 }
 
 // giveBack refunds cost units to every subject whose decision consumed them.
+// The refunds run even when the caller has given up: the units were taken
+// for a request that is not going to happen. Each is still bounded by the
+// per-call timeout.
 func (t *Throttler) giveBack(ctx context.Context, cost int64, subjects []Subject, decided []Result) {
 	if cost == 0 {
 		return
 	}
+	ctx = context.WithoutCancel(ctx)
 	for i, r := range decided {
 		if !r.Allowed || r.Degraded {
 			continue

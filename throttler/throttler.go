@@ -107,7 +107,10 @@ func (t *Throttler) Peek(ctx context.Context, p *Policy, id string) (Result, err
 	if err := t.check(p, id, 0); err != nil {
 		return Result{}, err
 	}
-	now := t.clock.Now()
+	now, err := t.now()
+	if err != nil {
+		return Result{}, err
+	}
 	req := Request{Policy: p, Identifier: id, Now: now}
 	out, lat, err := t.call(ctx, p, func(ctx context.Context) (Outcome, error) {
 		if pk, ok := t.backend.(Peeker); ok {
@@ -133,7 +136,11 @@ func (t *Throttler) Refund(ctx context.Context, p *Policy, id string, n int64) (
 	if !ok {
 		return Result{}, fmt.Errorf("%w: refund", ErrUnsupported)
 	}
-	req := Request{Policy: p, Identifier: id, Cost: n, Now: t.clock.Now()}
+	now, err := t.now()
+	if err != nil {
+		return Result{}, err
+	}
+	req := Request{Policy: p, Identifier: id, Cost: n, Now: now}
 	out, lat, err := t.call(ctx, p, func(ctx context.Context) (Outcome, error) { return rf.Refund(ctx, req) })
 	if err != nil {
 		t.observer.Observe(Event{Op: OpRefund, Policy: p.name, Err: err, Latency: lat})
@@ -181,6 +188,12 @@ func (t *Throttler) Ping(ctx context.Context) error {
 	return nil
 }
 
+// now reads the clock and checks the reading (ErrClockOutOfRange).
+func (t *Throttler) now() (time.Time, error) {
+	now := t.clock.Now()
+	return now, checkTime(now)
+}
+
 func (t *Throttler) check(p *Policy, id string, cost int64) error {
 	if t.backend == nil {
 		return ErrNoBackend
@@ -199,7 +212,10 @@ func (t *Throttler) check(p *Policy, id string, cost int64) error {
 
 // decide runs one validated decision.
 func (t *Throttler) decide(ctx context.Context, p *Policy, id string, cost int64) (Result, error) {
-	now := t.clock.Now()
+	now, err := t.now()
+	if err != nil {
+		return Result{}, err
+	}
 	req := Request{Policy: p, Identifier: id, Cost: cost, Now: now}
 	if cost > p.capacity() {
 		return t.neverAllowed(ctx, req)

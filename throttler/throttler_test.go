@@ -271,3 +271,63 @@ func TestAllowAllNeverAllowedSpendsNothing(t *testing.T) {
 		})
 	}
 }
+
+func TestClockOutOfRange(t *testing.T) {
+	ctx := context.Background()
+	p := policy(t, "3/s, 3/s gcra")
+	for _, at := range []time.Time{{}, time.Date(1969, 12, 31, 23, 0, 0, 0, time.UTC), throttler.MaxTime.Add(time.Millisecond)} {
+		th := throttler.New(memory.New(), throttler.WithClock(throttler.NewManualClock(at)))
+		_, err := th.Allow(ctx, p, "u")
+		assert.ErrorIs(t, err, throttler.ErrClockOutOfRange, "%v", at)
+		_, err = th.Peek(ctx, p, "u")
+		assert.ErrorIs(t, err, throttler.ErrClockOutOfRange)
+		_, err = th.Refund(ctx, p, "u", 1)
+		assert.ErrorIs(t, err, throttler.ErrClockOutOfRange)
+		_, err = th.AllowAll(ctx, 1, throttler.Subject{Policy: p, Identifier: "u"})
+		assert.ErrorIs(t, err, throttler.ErrClockOutOfRange)
+	}
+	// The epoch itself and MaxTime are fine.
+	for _, at := range []time.Time{time.Unix(0, 0), throttler.MaxTime} {
+		th := throttler.New(memory.New(), throttler.WithClock(throttler.NewManualClock(at)))
+		r, err := th.Allow(ctx, p, "u")
+		require.NoError(t, err, "%v", at)
+		assert.True(t, r.Allowed)
+		assert.Equal(t, int64(2), r.Remaining)
+	}
+}
+
+// cancelling wraps a backend and cancels the caller's context during the
+// second subject's decision, as a client that hangs up would.
+type cancelling struct {
+	throttler.Backend
+	cancel func()
+	calls  int
+}
+
+func (c *cancelling) Decide(ctx context.Context, r throttler.Request) (throttler.Outcome, error) {
+	c.calls++
+	if c.calls == 2 {
+		c.cancel()
+		return throttler.Outcome{}, ctx.Err()
+	}
+	return c.Backend.Decide(ctx, r)
+}
+
+func (c *cancelling) Refund(ctx context.Context, r throttler.Request) (throttler.Outcome, error) {
+	return c.Backend.(throttler.Refunder).Refund(ctx, r)
+}
+
+func TestAllowAllGivesBackAfterTheCallerLeaves(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	mem := memory.New()
+	th := throttler.New(&cancelling{Backend: mem, cancel: cancel}, throttler.WithClock(throttler.NewManualClock(t0)))
+	a, err := throttler.ParsePolicy("a", "5/min")
+	require.NoError(t, err)
+	b, err := throttler.ParsePolicy("b", "5/min")
+	require.NoError(t, err)
+	_, err = th.AllowAll(ctx, 1, throttler.Subject{Policy: a, Identifier: "x"}, throttler.Subject{Policy: b, Identifier: "x"})
+	require.ErrorIs(t, err, context.Canceled)
+	r, err := throttler.New(mem, throttler.WithClock(throttler.NewManualClock(t0))).Peek(context.Background(), a, "x")
+	require.NoError(t, err)
+	assert.Zero(t, r.Used, "the first subject's unit was given back although the caller left")
+}

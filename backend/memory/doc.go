@@ -15,13 +15,17 @@
 //
 // State is held per (policy name, identifier) pair. A pair whose every
 // window has closed (and every GCRA bucket refilled) is swept one second
-// later, measured in request time: the backend has no clock and no
-// goroutine of its own. Sweeps run as inserts accumulate, in amortised
-// constant time per insert.
+// later. That lifetime is measured in request time when the state is
+// stored (its window's end minus the request's now) and then counted on
+// the sweep clock, the wall clock unless WithSweepClock says otherwise, the
+// way a server counts a TTL: a request whose clock runs far ahead of the
+// others can never sweep their live state. The backend has no goroutine of
+// its own; sweeps run as inserts accumulate, in amortised constant time per
+// insert.
 //
 // WithMaxIdentifiers bounds the number of pairs. At the bound, a request
 // that needs a new pair first sweeps every shard (at most once per second of
-// request time); if nothing was closed, it fails with ErrFull, and the
+// the sweep clock); if nothing was closed, it fails with ErrFull, and the
 // throttler applies the policy's failure mode (fail open by default) and
 // reports the error. Pairs already held are never evicted: a flood of new
 // identifiers degrades only the newcomers and never resets an existing

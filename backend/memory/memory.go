@@ -18,6 +18,9 @@ import (
 // exact counts.
 var ErrFull = errors.New("memory: identifier limit reached")
 
+// ErrNotInitialized reports a Backend that was not built by New.
+var ErrNotInitialized = errors.New("memory: backend not built by New")
+
 const (
 	shardCount = 64
 	// minSweepInterval is the fewest inserts between two sweeps of a shard.
@@ -41,8 +44,9 @@ var (
 type Backend struct {
 	seed   maphash.Seed
 	max    int64
+	sweep  throttler.Clock
 	held   atomic.Int64
-	swept  atomic.Int64 // request time (Unix ms) of the last sweep of every shard
+	swept  atomic.Int64 // sweep-clock time (Unix ms) of the last sweep of every shard
 	shards [shardCount]shard
 }
 
@@ -50,9 +54,6 @@ type shard struct {
 	mu      sync.Mutex
 	entries map[entryKey]*entry
 	inserts int
-	// latest is the latest request time seen (Unix ms): sweeps measure
-	// expiry against it, never against a clock of their own.
-	latest int64
 }
 
 // entryKey names one identifier under one policy.
@@ -61,16 +62,27 @@ type entryKey struct{ policy, id string }
 type entry struct {
 	keys   []string // the policy's limit keys, in the order of states
 	states []throttler.State
-	// expires is when every state stops mattering (Unix ms).
+	// expires is when every state stops mattering, on the sweep clock
+	// (Unix ms).
 	expires int64
 }
 
 // Option configures a Backend.
 type Option func(*Backend)
 
+// WithSweepClock sets the clock that garbage collection runs on; the
+// default is the wall clock. It never decides anything: requests carry their
+// own now. A state's lifetime is measured from the request that stored it
+// (its window's end minus that request's now) and then counted on this
+// clock, as a TTL is on a server, so a request whose clock runs far ahead
+// of the others cannot sweep their live state. Tests that move a
+// ManualClock and want sweeps to follow pass it here too.
+func WithSweepClock(c throttler.Clock) Option { return func(b *Backend) { b.sweep = c } }
+
 // WithMaxIdentifiers bounds how many (policy, identifier) pairs the backend
 // holds; 0, the default, means no bound. When the bound is reached, a
-// request that would store a new pair first sweeps every closed state; if
+// request that would store a new pair first sweeps every closed state (at
+// most once per second of the sweep clock); if
 // nothing can be swept, that request fails with ErrFull and its policy's
 // failure mode decides it. Pairs already held are never evicted, so a flood
 // of new identifiers cannot reset anybody's count.
@@ -78,7 +90,7 @@ func WithMaxIdentifiers(n int) Option { return func(b *Backend) { b.max = int64(
 
 // New returns an empty Backend.
 func New(opts ...Option) *Backend {
-	b := &Backend{seed: maphash.MakeSeed()}
+	b := &Backend{seed: maphash.MakeSeed(), sweep: throttler.SystemClock{}}
 	for i := range b.shards {
 		b.shards[i].entries = make(map[entryKey]*entry)
 	}
@@ -86,7 +98,17 @@ func New(opts ...Option) *Backend {
 	for _, opt := range opts {
 		opt(b)
 	}
+	if b.sweep == nil {
+		b.sweep = throttler.SystemClock{}
+	}
 	return b
+}
+
+func (b *Backend) ready() error {
+	if b == nil || b.sweep == nil {
+		return ErrNotInitialized
+	}
+	return nil
 }
 
 // neverSwept marks a backend that has not swept every shard yet.
@@ -111,6 +133,9 @@ func (b *Backend) Refund(ctx context.Context, req throttler.Request) (throttler.
 
 // Reset implements throttler.Resetter.
 func (b *Backend) Reset(ctx context.Context, p *throttler.Policy, id string) error {
+	if err := b.ready(); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -126,23 +151,33 @@ func (b *Backend) Reset(ctx context.Context, p *throttler.Policy, id string) err
 }
 
 // Ping implements throttler.Pinger; an in-process store is always reachable.
-func (b *Backend) Ping(ctx context.Context) error { return ctx.Err() }
+func (b *Backend) Ping(ctx context.Context) error {
+	if err := b.ready(); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
 
 // update applies step to the identifier's states under the shard lock and
 // stores the result when it changed anything.
 func (b *Backend) update(ctx context.Context, req throttler.Request,
 	step func([]throttler.State) (bool, []throttler.State)) (throttler.Outcome, error) {
+	if err := b.ready(); err != nil {
+		return throttler.Outcome{}, err
+	}
 	if err := ctx.Err(); err != nil {
 		return throttler.Outcome{}, err
 	}
+	if req.Policy == nil || req.Policy.Len() == 0 {
+		return throttler.Outcome{}, throttler.ErrInvalidPolicy
+	}
 	key := entryKey{req.Policy.Name(), req.Identifier}
-	nowMs := req.Now.UnixMilli()
-	out, needsRoom := b.tryUpdate(key, req, nowMs, step)
+	out, needsRoom := b.tryUpdate(key, req, step)
 	if !needsRoom {
 		return out, nil
 	}
-	if b.sweepAll(nowMs) {
-		if out, needsRoom = b.tryUpdate(key, req, nowMs, step); !needsRoom {
+	if b.sweepAll() {
+		if out, needsRoom = b.tryUpdate(key, req, step); !needsRoom {
 			return out, nil
 		}
 	}
@@ -151,13 +186,12 @@ func (b *Backend) update(ctx context.Context, req throttler.Request,
 
 // tryUpdate reports needsRoom when the update must store a new pair and the
 // backend is full.
-func (b *Backend) tryUpdate(key entryKey, req throttler.Request, nowMs int64,
+func (b *Backend) tryUpdate(key entryKey, req throttler.Request,
 	step func([]throttler.State) (bool, []throttler.State)) (out throttler.Outcome, needsRoom bool) {
 	p := req.Policy
 	sh := b.shardFor(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	sh.latest = max(sh.latest, nowMs)
 	e := sh.entries[key]
 	var states []throttler.State
 	if e != nil {
@@ -177,19 +211,20 @@ func (b *Backend) tryUpdate(key entryKey, req throttler.Request, nowMs int64,
 		// sweep after the insert would delete it.
 		sh.inserts++
 		if sh.inserts >= max(minSweepInterval, len(sh.entries)/2) {
-			b.sweepLocked(sh)
+			b.sweepLocked(sh, b.sweep.Now().UnixMilli())
 		}
 		e = &entry{}
 		sh.entries[key] = e
 		b.held.Add(1)
 	}
-	e.store(p, next)
+	e.store(p, next, req.Now, b.sweep.Now())
 	return throttler.Outcome{Allowed: allowed, States: next}, false
 }
 
-// sweepAll sweeps every shard, at most once per second of request time. It
-// reports whether it swept.
-func (b *Backend) sweepAll(nowMs int64) bool {
+// sweepAll sweeps every shard, at most once per second of the sweep clock.
+// It reports whether it swept.
+func (b *Backend) sweepAll() bool {
+	nowMs := b.sweep.Now().UnixMilli()
 	last := b.swept.Load()
 	recent := last != neverSwept && nowMs >= last && nowMs-last < gracePeriod.Milliseconds()
 	if recent || !b.swept.CompareAndSwap(last, nowMs) {
@@ -198,18 +233,17 @@ func (b *Backend) sweepAll(nowMs int64) bool {
 	for i := range b.shards {
 		sh := &b.shards[i]
 		sh.mu.Lock()
-		sh.latest = max(sh.latest, nowMs)
-		b.sweepLocked(sh)
+		b.sweepLocked(sh, nowMs)
 		sh.mu.Unlock()
 	}
 	return true
 }
 
 // sweepLocked deletes the shard's entries whose state stopped mattering at
-// least gracePeriod before the latest request time.
-func (b *Backend) sweepLocked(sh *shard) {
+// least gracePeriod before nowMs, on the sweep clock.
+func (b *Backend) sweepLocked(sh *shard, nowMs int64) {
 	sh.inserts = 0
-	cutoff := sh.latest - gracePeriod.Milliseconds()
+	cutoff := nowMs - gracePeriod.Milliseconds()
 	for k, e := range sh.entries {
 		if e.expires <= cutoff {
 			delete(sh.entries, k)
@@ -249,7 +283,9 @@ func (e *entry) statesFor(p *throttler.Policy) []throttler.State {
 	return states
 }
 
-func (e *entry) store(p *throttler.Policy, states []throttler.State) {
+// store records states decided at reqNow, and when they stop mattering on
+// the sweep clock, whose reading is sweepNow.
+func (e *entry) store(p *throttler.Policy, states []throttler.State, reqNow, sweepNow time.Time) {
 	if len(e.keys) != p.Len() {
 		e.keys = make([]string, p.Len())
 	}
@@ -257,14 +293,17 @@ func (e *entry) store(p *throttler.Policy, states []throttler.State) {
 		e.keys[i] = p.LimitKey(i)
 	}
 	e.states = states
-	e.expires = 0
+	// The longest remaining life of any state, in request time.
+	var life int64
+	reqMs := reqNow.UnixMilli()
 	for i, s := range states {
 		end := s.End
 		if p.Limit(i).Algorithm == throttler.GCRA {
 			end = (s.End + 999) / 1000 // the TAT is in microseconds
 		}
-		e.expires = max(e.expires, end)
+		life = max(life, end-reqMs)
 	}
+	e.expires = sweepNow.UnixMilli() + life
 }
 
 func changed(a, b []throttler.State) bool {

@@ -27,7 +27,7 @@ func newThrottler(b throttler.Backend, clock throttler.Clock, events *[]throttle
 func TestMaxIdentifiersFailsNewcomersOnly(t *testing.T) {
 	ctx := context.Background()
 	clock := throttler.NewManualClock(t0)
-	b := memory.New(memory.WithMaxIdentifiers(3))
+	b := memory.New(memory.WithMaxIdentifiers(3), memory.WithSweepClock(clock))
 	var events []throttler.Event
 	th := newThrottler(b, clock, &events)
 	p, err := throttler.ParsePolicy("api", "2/min", throttler.WithFailureMode(throttler.FailClosed))
@@ -81,7 +81,7 @@ func TestMaxIdentifiersFailsNewcomersOnly(t *testing.T) {
 func TestSweepKeepsLiveStateAndGraceSecond(t *testing.T) {
 	ctx := context.Background()
 	clock := throttler.NewManualClock(t0)
-	b := memory.New()
+	b := memory.New(memory.WithSweepClock(clock))
 	th := newThrottler(b, clock, nil)
 	short, err := throttler.ParsePolicy("short", "5/s")
 	require.NoError(t, err)
@@ -164,4 +164,46 @@ func TestSweepNeverLosesTheInsertingRequest(t *testing.T) {
 	}
 	assert.Zero(t, lost, "every identifier keeps its unit")
 	assert.Equal(t, n, b.Len())
+}
+
+// TestClockAheadCannotSweepLiveState: a throttler whose clock runs ten
+// minutes ahead stores and sweeps plenty, and another throttler's live
+// window, on the same backend, survives it with its count and its end.
+func TestClockAheadCannotSweepLiveState(t *testing.T) {
+	ctx := context.Background()
+	b := memory.New()
+	p, err := throttler.ParsePolicy("api", "3/min")
+	require.NoError(t, err)
+	onTime := newThrottler(b, throttler.NewManualClock(t0), nil)
+	ahead := newThrottler(b, throttler.NewManualClock(t0.Add(10*time.Minute)), nil)
+	var first throttler.Result
+	for i := 0; i < 3; i++ {
+		first, err = onTime.Allow(ctx, p, "victim")
+		require.NoError(t, err)
+	}
+	for i := 0; i < 20000; i++ {
+		_, err := ahead.Allow(ctx, p, fmt.Sprint("other", i))
+		require.NoError(t, err)
+	}
+	r, err := onTime.Allow(ctx, p, "victim")
+	require.NoError(t, err)
+	assert.False(t, r.Allowed, "the victim's full window is still there")
+	assert.Equal(t, first.ResetAt, r.ResetAt)
+}
+
+func TestZeroBackendFailsWithoutPanicking(t *testing.T) {
+	var b memory.Backend
+	p, err := throttler.ParsePolicy("api", "3/min")
+	require.NoError(t, err)
+	req := throttler.Request{Policy: p, Identifier: "x", Cost: 1, Now: t0}
+	_, err = b.Decide(context.Background(), req)
+	assert.ErrorIs(t, err, memory.ErrNotInitialized)
+	_, err = b.Refund(context.Background(), req)
+	assert.ErrorIs(t, err, memory.ErrNotInitialized)
+	assert.ErrorIs(t, b.Reset(context.Background(), p, "x"), memory.ErrNotInitialized)
+	assert.ErrorIs(t, b.Ping(context.Background()), memory.ErrNotInitialized)
+	r, err := throttler.New(&b).Allow(context.Background(), p, "x")
+	require.NoError(t, err)
+	assert.True(t, r.Degraded)
+	assert.ErrorIs(t, r.Err, memory.ErrNotInitialized)
 }
