@@ -19,7 +19,12 @@ type Subject struct {
 // anywhere, and the remaining subjects are not consulted.
 //
 // This is not one atomic step: subjects may live on different shards or
-// stores. Between an earlier subject's consumption and its refund, a
+// stores. A refund gives units back within the current window and leaves
+// the window itself in place, so a denied request can leave an earlier
+// subject's fixed window anchored at this moment (with nothing spent); that
+// subject's next request then finds the window open rather than opening its
+// own. Peeking every subject first would avoid that at the price of a
+// second round trip per subject on every request; this method does not. Between an earlier subject's consumption and its refund, a
 // concurrent request may see those units spent and be denied. When the
 // backend does not implement Refunder, every subject is peeked first and
 // nothing is consumed if a peek already denies; a race can then still leave
