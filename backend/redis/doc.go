@@ -11,19 +11,22 @@
 // New takes any go-redis client; the backend needs only Client, a small
 // part of each. A standalone server:
 //
-//	rdb := goredis.NewClient(&goredis.Options{Addr: "localhost:6379"})
+//	rdb := goredis.NewClient(&goredis.Options{
+//		Addr: "localhost:6379", ContextTimeoutEnabled: true})
 //	backend, err := redis.New(rdb)
 //
 // A Redis Cluster (all of an identifier's keys share one slot, see Keys):
 //
-//	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs})
+//	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{
+//		Addrs: addrs, ContextTimeoutEnabled: true})
 //	backend, err := redis.New(rdb)
 //
 // Sentinel (a failover client is a *goredis.Client that follows the
 // primary Sentinel names; decisions survive the failover, see Scripts):
 //
 //	rdb := goredis.NewFailoverClient(&goredis.FailoverOptions{
-//		MasterName: "throttle", SentinelAddrs: sentinels})
+//		MasterName: "throttle", SentinelAddrs: sentinels,
+//		ContextTimeoutEnabled: true})
 //	backend, err := redis.New(rdb)
 //
 // go-redis's auto-pipeliner batches the script calls of concurrent
@@ -32,10 +35,41 @@
 //	ap, err := rdb.AutoPipeline()
 //	backend, err := redis.New(ap)
 //
-// The auto-pipeliner runs a queued command on its own context, not the
-// caller's; the backend then enforces the caller's context itself, so the
-// throttler's per-call timeout holds all the same (an abandoned command may
-// still run later, as one on a timed-out connection may).
+// # Timeouts
+//
+// Every call returns by its context's deadline, which the throttler sets
+// from its per-call timeout (throttler.DefaultTimeout, 100 ms), so a
+// stopped or hung server costs a caller at most that timeout, on every
+// client. How the backend keeps that promise depends on the client.
+//
+// A *goredis.Client, *goredis.ClusterClient or *goredis.Ring with
+// ContextTimeoutEnabled set takes its socket deadlines from the context,
+// and the backend runs each command on the caller's goroutine. That is the
+// recommended setting: it costs nothing per call.
+//
+//	rdb := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
+//
+// Without it, go-redis ignores the context's deadline once a command is on
+// the wire and waits for the reply up to its ReadTimeout (5 s by default);
+// the auto-pipeliner runs queued commands on a context of its own; and a
+// client of any other type is not known to do better. For all of those the
+// backend runs each command on a goroutine of its own and returns the
+// context's error at the deadline. The abandoned command finishes in the
+// background, and its goroutine ends when go-redis gives up on it by its own
+// timeouts: ReadTimeout once the command is sent (a paused or hung server),
+// DialTimeout per attempt while it connects, PoolTimeout per attempt while
+// abandoned commands hold every pooled connection. Keep these finite on
+// such a client: with a ReadTimeout of -1, a command on a hung server, and
+// its goroutine, wait for as long as the server does. Either way an
+// abandoned command may still run on the server later, as a command on a
+// connection that timed out may.
+//
+// go-redis watches deadlines, not cancellation, while a command is on the
+// wire. A context that can be cancelled but has no deadline (a Backend
+// called directly, or a throttler whose timeout is zero) therefore takes
+// the goroutine path on every client; and with ContextTimeoutEnabled, a
+// context cancelled before its deadline is noticed at that deadline (or at
+// ReadTimeout, if sooner), not at once.
 //
 // # Replica reads
 //

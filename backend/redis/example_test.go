@@ -13,8 +13,10 @@ import (
 
 // Example limits one user's calls under GitHub-style limits, on a Redis
 // server at localhost:6379. It has no checked output: it needs that server.
+// ContextTimeoutEnabled lets go-redis end each call at the throttler's
+// per-call timeout by itself (see Timeouts in the package documentation).
 func Example() {
-	rdb := goredis.NewClient(&goredis.Options{Addr: "localhost:6379"})
+	rdb := goredis.NewClient(&goredis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	backend, err := redis.New(rdb, redis.WithPrefix("myapp:"))
 	if err != nil {
@@ -39,9 +41,9 @@ func Example() {
 // ExampleWithReadClient sends peeks to the replicas of a Redis Cluster.
 func ExampleWithReadClient() {
 	addrs := []string{"localhost:7000", "localhost:7001", "localhost:7002"}
-	primaries := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs})
+	primaries := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 	defer primaries.Close()
-	replicas := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ReadOnly: true})
+	replicas := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ReadOnly: true, ContextTimeoutEnabled: true})
 	defer replicas.Close()
 	backend, err := redis.New(primaries, redis.WithReadClient(replicas))
 	if err != nil {

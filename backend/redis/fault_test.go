@@ -3,6 +3,8 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,12 +13,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttlekit/throttlekit/backend/redis"
+	"github.com/throttlekit/throttlekit/internal/localserver"
 	"github.com/throttlekit/throttlekit/throttler"
 )
 
-// hangBound is a generous bound on a call that must not hang: far above the
-// per-call timeout, far below go-redis's own retry and dial timeouts.
-const hangBound = 5 * time.Second
+// timeoutBound is a generous bound on a call under the default per-call
+// timeout (100 ms) to a stopped or paused server: ten times that timeout,
+// yet a fifth of the 5 s that go-redis's default ReadTimeout would cost a
+// call the backend failed to cut short.
+const timeoutBound = time.Second
+
+// recoveryBound bounds the wait for a restarted server to serve again.
+const recoveryBound = 5 * time.Second
 
 // With the server stopped, every decision ends within the per-call timeout
 // and the policy's failure mode decides it; once the server is back on the
@@ -54,7 +62,7 @@ func TestServerDownAppliesFailureMode(t *testing.T) {
 					assert.True(t, r.Degraded, "%s #%d", p.Name(), i)
 					assert.ErrorIs(t, r.Err, throttler.ErrBackend)
 					assert.Equal(t, p.FailureMode() == throttler.FailOpen, r.Allowed, "%s #%d", p.Name(), i)
-					assert.Less(t, elapsed, hangBound)
+					assert.Less(t, elapsed, timeoutBound)
 
 					_, err = th.Peek(ctx, p, "user")
 					require.NoError(t, err)
@@ -69,13 +77,13 @@ func TestServerDownAppliesFailureMode(t *testing.T) {
 			// an empty script cache: the backend recovers without help.
 			require.NoError(t, server.Start())
 			recovered := false
-			deadline := time.Now().Add(hangBound)
+			deadline := time.Now().Add(recoveryBound)
 			for !recovered && time.Now().Before(deadline) {
 				r, err := th.Allow(ctx, open, "user")
 				require.NoError(t, err)
 				recovered = !r.Degraded
 			}
-			require.True(t, recovered, "still degraded %v after the restart", hangBound)
+			require.True(t, recovered, "still degraded %v after the restart", recoveryBound)
 			for _, p := range []*throttler.Policy{open, closed} {
 				r, err := th.Allow(ctx, p, "user")
 				require.NoError(t, err)
@@ -87,38 +95,184 @@ func TestServerDownAppliesFailureMode(t *testing.T) {
 	}
 }
 
-// A per-call timeout holds on a client that ignores command contexts once a
-// command is queued (the auto-pipeliner), even when its server never
-// answers: a listener that accepts connections and stays silent.
-func TestTimeoutBoundsADetachedClient(t *testing.T) {
+// pause holds every command of every client of server for d (CLIENT PAUSE
+// ALL), as a hung server would. A pause cannot be lifted from another
+// connection while it lasts (the UNPAUSE waits too), so each test that
+// pauses has a server of its own, which its cleanup stops.
+func pause(t *testing.T, server *localserver.Redis, d time.Duration) {
+	t.Helper()
+	admin := newClient(t, server.Addr())
+	require.NoError(t, admin.Do(context.Background(), "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err())
+}
+
+// The per-call timeout holds on every kind of client while the server hangs
+// (CLIENT PAUSE): on those that honour context deadlines
+// (ContextTimeoutEnabled) and on those the backend must cut short itself (a
+// plain client reads until its 5 s ReadTimeout, the auto-pipeliner runs a
+// batch on its own context). Every operation comes back degraded or failed
+// with context.DeadlineExceeded within timeoutBound. Only the clients the
+// backend cuts short leave a call running in the background.
+func TestTimeoutBoundsAPausedServer(t *testing.T) {
+	for _, kind := range []struct {
+		name   string
+		client func(t *testing.T, addr string) redis.Client
+		// inline says the client honours deadlines, so the backend runs
+		// commands on the caller's goroutine and abandons none.
+		inline bool
+	}{
+		{"plain", func(t *testing.T, addr string) redis.Client { return newClient(t, addr) }, false},
+		{"context timeout enabled", func(t *testing.T, addr string) redis.Client {
+			c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { _ = c.Close() })
+			return c
+		}, true},
+		{"plain ring", func(t *testing.T, addr string) redis.Client {
+			r := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"only": addr}})
+			t.Cleanup(func() { _ = r.Close() })
+			return r
+		}, false},
+		{"autopipeline", func(t *testing.T, addr string) redis.Client { return newAutoPipeliner(t, newClient(t, addr)) }, false},
+	} {
+		t.Run(kind.name, func(t *testing.T) {
+			ctx := context.Background()
+			// Calls abandoned by an earlier subtest end once its client is
+			// closed; wait (bounded) so that they are not counted here.
+			for deadline := time.Now().Add(recoveryBound); abandonedCalls() > 0 && time.Now().Before(deadline); {
+				time.Sleep(20 * time.Millisecond)
+			}
+			require.Zero(t, abandonedCalls(), "calls of an earlier test still running")
+			server := ownRedis(t)
+			b := mustBackend(t, kind.client(t, server.Addr()))
+			th := throttler.New(b, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithObserver(throttler.NopObserver{}))
+			p := mustPolicy(t, "paused", "10/min", throttler.WithFailureMode(throttler.FailClosed))
+			// Connected and the script cached: the pause meets the script
+			// call itself, not a dial.
+			r, err := th.Allow(ctx, p, "user")
+			require.NoError(t, err)
+			require.False(t, r.Degraded, "%v", r.Err)
+
+			pause(t, server, 2*time.Second)
+			start := time.Now()
+			r, err = th.Allow(ctx, p, "user")
+			elapsed := time.Since(start)
+			require.NoError(t, err)
+			assert.True(t, r.Degraded)
+			assert.False(t, r.Allowed)
+			assert.ErrorIs(t, r.Err, throttler.ErrBackend)
+			assert.ErrorIs(t, r.Err, context.DeadlineExceeded)
+			assert.Less(t, elapsed, timeoutBound, "the call waited for the paused server")
+			t.Logf("%s: a decision on the paused server took %v", kind.name, elapsed)
+			if kind.inline {
+				assert.Zero(t, abandonedCalls(), "the call was run apart from its caller")
+			} else {
+				assert.Equal(t, 1, abandonedCalls(), "the call cut short should still be waiting for the server")
+			}
+
+			start = time.Now()
+			r, err = th.Peek(ctx, p, "user")
+			require.NoError(t, err)
+			assert.ErrorIs(t, r.Err, context.DeadlineExceeded)
+			_, err = th.Refund(ctx, p, "user", 1)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.ErrorIs(t, th.Reset(ctx, p, "user"), context.DeadlineExceeded)
+			assert.ErrorIs(t, th.Ping(ctx), context.DeadlineExceeded)
+			assert.Less(t, time.Since(start), 4*timeoutBound, "four calls waited for the paused server")
+
+			// A caller that has given up gets its context's error, not a
+			// decision, without a command sent.
+			cancelled, cancel := context.WithCancel(ctx)
+			cancel()
+			_, err = b.Decide(cancelled, throttler.Request{Policy: p, Identifier: "user", Cost: 1, Now: t0})
+			assert.ErrorIs(t, err, context.Canceled)
+		})
+	}
+}
+
+// A context that can be cancelled but has no deadline stops a call on
+// cancellation, even on a client that honours deadlines only: go-redis
+// does not watch cancellation while a command is on the wire.
+func TestCancellationWithoutDeadline(t *testing.T) {
+	server := ownRedis(t)
+	c := goredis.NewClient(&goredis.Options{Addr: server.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	b := mustBackend(t, c)
+	p := mustPolicy(t, "cancel", "10/min")
+	req := throttler.Request{Policy: p, Identifier: "user", Cost: 1, Now: t0}
+	_, err := b.Decide(context.Background(), req)
+	require.NoError(t, err)
+
+	pause(t, server, 3*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	stop := time.AfterFunc(100*time.Millisecond, cancel)
+	defer stop.Stop()
+	start := time.Now()
+	_, err = b.Decide(ctx, req)
+	elapsed := time.Since(start)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Less(t, elapsed, timeoutBound, "the call waited for the paused server")
+}
+
+// abandonedCalls counts the goroutines that run a command for the backend
+// apart from its caller (await's), from a dump of every goroutine's stack.
+// Counting these, not runtime.NumGoroutine, keeps the count free of
+// goroutines that earlier tests and go-redis start and end.
+func abandonedCalls() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "/backend/redis.await[") && strings.Contains(g, ".func1(") {
+			count++
+		}
+	}
+	return count
+}
+
+// A call the backend cut short leaves a goroutine behind on a client that
+// ignores deadlines, and that goroutine ends when go-redis gives up on the
+// command, at the client's ReadTimeout, while the server still hangs.
+func TestAbandonedCallsEndAtReadTimeout(t *testing.T) {
+	const readTimeout = time.Second
 	ctx := context.Background()
 	server := ownRedis(t)
-	c := newClient(t, server.Addr())
-	ap := newAutoPipeliner(t, c)
-	b := mustBackend(t, ap, redis.WithPrefix(newPrefix()))
+	c := goredis.NewClient(&goredis.Options{Addr: server.Addr(), ReadTimeout: readTimeout})
+	t.Cleanup(func() { _ = c.Close() })
+	b := mustBackend(t, c)
 	th := throttler.New(b, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithObserver(throttler.NopObserver{}),
 		throttler.WithTimeout(50*time.Millisecond))
-	p := mustPolicy(t, "slow", "10/min", throttler.WithFailureMode(throttler.FailClosed))
-
-	// CLIENT PAUSE holds every command of every client, the auto-pipeliner's
-	// batch included, for a second: twenty times the 50 ms budget. Had the
-	// call waited for its batch, it would have succeeded, not timed out.
-	admin := newClient(t, server.Addr())
-	require.NoError(t, admin.Do(ctx, "CLIENT", "PAUSE", "1000", "ALL").Err())
-	start := time.Now()
+	p := mustPolicy(t, "abandoned", "10/min")
 	r, err := th.Allow(ctx, p, "user")
-	elapsed := time.Since(start)
 	require.NoError(t, err)
-	assert.True(t, r.Degraded)
-	assert.False(t, r.Allowed)
-	assert.ErrorIs(t, r.Err, context.DeadlineExceeded)
-	assert.Less(t, elapsed, hangBound, "the call waited for the paused server")
+	require.False(t, r.Degraded, "%v", r.Err)
+	require.Zero(t, abandonedCalls(), "a call that returned in time left its goroutine")
 
-	// A caller that has given up gets its context's error, not a decision.
-	cancelled, cancel := context.WithCancel(ctx)
-	cancel()
-	_, err = b.Decide(cancelled, throttler.Request{Policy: p, Identifier: "user", Cost: 1, Now: t0})
-	assert.ErrorIs(t, err, context.Canceled)
+	// The pause outlasts the test, so only ReadTimeout can end the calls.
+	pause(t, server, 30*time.Second)
+	const calls = 5
+	for range calls {
+		r, err := th.Allow(ctx, p, "user")
+		require.NoError(t, err)
+		require.True(t, r.Degraded)
+		require.ErrorIs(t, r.Err, context.DeadlineExceeded)
+	}
+	abandoned := time.Now()
+	left := abandonedCalls()
+	assert.Positive(t, left, "no call was left running: the test shows nothing")
+
+	deadline := abandoned.Add(readTimeout + 5*time.Second)
+	for abandonedCalls() > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	assert.Zero(t, abandonedCalls(), "goroutines of abandoned calls outlived ReadTimeout")
+	t.Logf("%d of %d abandoned calls still running after the last; all ended %v later",
+		left, calls, time.Since(abandoned).Round(10*time.Millisecond))
 }
 
 // SCRIPT FLUSH in the middle of a run costs no decision: EVALSHA meets

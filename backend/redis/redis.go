@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -17,7 +18,9 @@ import (
 // also wraps every backend failure in throttler.ErrBackend.
 var (
 	// ErrInvalidOption reports a configuration New cannot use: a nil
-	// client, an expiry grace below one second, or an invalid prefix.
+	// client, an expiry grace below one second, or an invalid prefix. The
+	// errors of a Backend New did not build (ErrNotInitialized) match it
+	// too.
 	ErrInvalidOption = errors.New("redis: invalid option")
 
 	// ErrInvalidPrefix reports a key prefix holding '{' or '}', which would
@@ -41,6 +44,11 @@ var (
 	// in the "used:end" format. The script stops before any write, so the
 	// decision changes nothing; the throttler applies the failure mode.
 	ErrForeignValue = errors.New("redis: key holds a value this backend did not write")
+
+	// ErrNotInitialized reports a call on a Backend that New did not build
+	// (a zero Backend, or a nil *Backend): it has no client to send to. Its
+	// errors also match ErrInvalidOption.
+	ErrNotInitialized = fmt.Errorf("%w: backend not built by New", ErrInvalidOption)
 )
 
 // DefaultPrefix starts every key unless WithPrefix says otherwise.
@@ -90,7 +98,9 @@ func withCommon(script string) string {
 // client implements it: *goredis.Client (standalone, or a Sentinel failover
 // client from NewFailoverClient), *goredis.ClusterClient (also from
 // NewFailoverClusterClient), *goredis.Ring, *goredis.AutoPipeliner and the
-// goredis.UniversalClient interface.
+// goredis.UniversalClient interface. Set ContextTimeoutEnabled on the
+// client where it has the option: see Timeouts in the package
+// documentation.
 type Client interface {
 	goredis.Scripter
 	Del(ctx context.Context, keys ...string) *goredis.IntCmd
@@ -126,16 +136,36 @@ type Backend struct {
 }
 
 // conn is a client and whether the backend must enforce the caller's context
-// itself, because the client does not (an AutoPipeliner runs queued commands
-// on its own context).
+// itself because the client does not.
 type conn struct {
 	Client
 	detached bool
 }
 
 func newConn(c Client) conn {
-	_, detached := c.(*goredis.AutoPipeliner)
-	return conn{Client: c, detached: detached}
+	return conn{Client: c, detached: !honoursDeadlines(c)}
+}
+
+// honoursDeadlines reports whether c ends a command at its context's
+// deadline. go-redis clients do only with ContextTimeoutEnabled: otherwise
+// they read replies on a background context, bounded by ReadTimeout alone
+// (5 s by default). An auto-pipeliner runs queued commands on a context of
+// its own, and a client of another type is not known to do either, so both
+// count as detached: the safe answer costs a goroutine per call, never a
+// missed deadline.
+func honoursDeadlines(c Client) bool {
+	switch c := c.(type) {
+	case *goredis.Client:
+		o := c.Options()
+		return o != nil && o.ContextTimeoutEnabled
+	case *goredis.ClusterClient:
+		o := c.Options()
+		return o != nil && o.ContextTimeoutEnabled
+	case *goredis.Ring:
+		o := c.Options()
+		return o != nil && o.ContextTimeoutEnabled
+	}
+	return false
 }
 
 // Option configures a Backend.
@@ -173,7 +203,7 @@ func WithExpiryGrace(d time.Duration) Option { return func(c *config) { c.grace 
 // New returns a Backend over client. See the package documentation for
 // the clients that fit and the keys the backend writes.
 func New(client Client, opts ...Option) (*Backend, error) {
-	if client == nil {
+	if isNil(client) {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidOption)
 	}
 	cfg := config{prefix: DefaultPrefix, grace: DefaultExpiryGrace}
@@ -189,9 +219,34 @@ func New(client Client, opts ...Option) (*Backend, error) {
 	b := &Backend{client: newConn(client), prefix: cfg.prefix, graceMs: any(cfg.grace.Milliseconds())}
 	b.reader = b.client
 	if cfg.reader != nil {
+		if isNil(cfg.reader) {
+			return nil, fmt.Errorf("%w: nil read client", ErrInvalidOption)
+		}
 		b.reader, b.ownReader = newConn(cfg.reader), true
 	}
 	return b, nil
+}
+
+// isNil reports whether c is nil or holds a nil pointer, such as a
+// (*goredis.Client)(nil), whose every method would panic.
+func isNil(c Client) bool {
+	if c == nil {
+		return true
+	}
+	v := reflect.ValueOf(c)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return v.IsNil()
+	}
+	return false
+}
+
+// ready reports ErrNotInitialized for a Backend that New did not build.
+func (b *Backend) ready() error {
+	if b == nil || b.client.Client == nil || b.reader.Client == nil {
+		return ErrNotInitialized
+	}
+	return nil
 }
 
 // Keys returns the keys that hold identifier's state under p, one per limit
@@ -202,9 +257,9 @@ func New(client Client, opts ...Option) (*Backend, error) {
 // The identifier is escaped with throttler.EscapeKey, whose output holds no
 // brace, so the part in braces is the hash tag: every key of an identifier
 // lands in one Redis Cluster slot whatever bytes it holds. A nil policy has
-// no keys.
+// no keys, and neither has a nil *Backend.
 func (b *Backend) Keys(p *throttler.Policy, identifier string) []string {
-	if p == nil {
+	if b == nil || p == nil {
 		return nil
 	}
 	id, policy := throttler.EscapeKey(identifier), p.PolicyKey()
@@ -217,28 +272,40 @@ func (b *Backend) Keys(p *throttler.Policy, identifier string) []string {
 
 // Decide implements throttler.Backend with one call of decide.lua.
 func (b *Backend) Decide(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+	if err := b.ready(); err != nil {
+		return throttler.Outcome{}, err
+	}
 	return b.runScript(ctx, b.client, decideScript, false, req)
 }
 
 // Peek implements throttler.Peeker with one call of the read-only peek.lua
 // (EVALSHA_RO) on the read client (WithReadClient), or the main client.
 func (b *Backend) Peek(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+	if err := b.ready(); err != nil {
+		return throttler.Outcome{}, err
+	}
 	return b.runScript(ctx, b.reader, peekScript, true, req)
 }
 
 // Refund implements throttler.Refunder with one call of refund.lua.
 func (b *Backend) Refund(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+	if err := b.ready(); err != nil {
+		return throttler.Outcome{}, err
+	}
 	return b.runScript(ctx, b.client, refundScript, false, req)
 }
 
 // Reset implements throttler.Resetter: it deletes every key of the
 // identifier's policy with one DEL (the keys share a slot).
 func (b *Backend) Reset(ctx context.Context, p *throttler.Policy, identifier string) error {
+	if err := b.ready(); err != nil {
+		return err
+	}
 	if err := checkInput(p, identifier, 0); err != nil {
 		return err
 	}
 	keys := b.Keys(p, identifier)
-	_, err := await(ctx, b.client.detached, func() (int64, error) { return b.client.Del(ctx, keys...).Result() })
+	_, err := await(ctx, b.client, func() (int64, error) { return b.client.Del(ctx, keys...).Result() })
 	return err
 }
 
@@ -246,6 +313,9 @@ func (b *Backend) Reset(ctx context.Context, p *throttler.Policy, identifier str
 // WithReadClient set one, the read client. A cluster client is pinged on
 // every primary, since any of them may hold an identifier's slot.
 func (b *Backend) Ping(ctx context.Context) error {
+	if err := b.ready(); err != nil {
+		return err
+	}
 	if err := ping(ctx, b.client); err != nil {
 		return err
 	}
@@ -258,12 +328,14 @@ func (b *Backend) Ping(ctx context.Context) error {
 }
 
 func ping(ctx context.Context, c conn) error {
-	if cc, ok := c.Client.(*goredis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, node *goredis.Client) error {
-			return node.Ping(ctx).Err()
-		})
-	}
-	_, err := await(ctx, c.detached, func() (string, error) { return c.Ping(ctx).Result() })
+	_, err := await(ctx, c, func() (struct{}, error) {
+		if cc, ok := c.Client.(*goredis.ClusterClient); ok {
+			return struct{}{}, cc.ForEachMaster(ctx, func(ctx context.Context, node *goredis.Client) error {
+				return node.Ping(ctx).Err()
+			})
+		}
+		return struct{}{}, c.Ping(ctx).Err()
+	})
 	return err
 }
 
@@ -277,7 +349,7 @@ func (b *Backend) runScript(ctx context.Context, c conn, script *goredis.Script,
 	}
 	keys := b.Keys(req.Policy, req.Identifier)
 	args := b.scriptArgs(req)
-	reply, err := await(ctx, c.detached, func() (any, error) {
+	reply, err := await(ctx, c, func() (any, error) {
 		if readOnly {
 			return script.RunRO(ctx, c, keys, args...).Result()
 		}
@@ -318,16 +390,25 @@ func checkInput(p *throttler.Policy, identifier string, cost int64) error {
 	return nil
 }
 
-// await runs f, returning early with ctx's error once ctx is done when the
-// client is detached from the caller's context. The abandoned command may
-// still run on the server, as a command on a connection that timed out may.
-func await[T any](ctx context.Context, detached bool, f func() (T, error)) (T, error) {
+// await runs f, a command on c under ctx, and returns no later than ctx's
+// deadline. A client that honours deadlines runs f on the caller's
+// goroutine. Otherwise f runs on a goroutine of its own, and once ctx is done
+// await returns ctx's error and leaves that goroutine to finish when the
+// client gives up on the command by its own timeouts (ReadTimeout once the
+// command is sent; DialTimeout and PoolTimeout before). The abandoned
+// command may still run on the server, as a command on a connection that
+// timed out may. A context without a deadline that may still be cancelled
+// takes that path too: go-redis watches deadlines, not cancellation, while a
+// command is on the wire.
+func await[T any](ctx context.Context, c conn, f func() (T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
-	if !detached || ctx.Done() == nil {
-		return f()
+	_, hasDeadline := ctx.Deadline()
+	if ctx.Done() == nil || !c.detached && hasDeadline {
+		v, err := f()
+		return v, withContextError(ctx, err)
 	}
 	type result struct {
 		v   T
@@ -340,10 +421,24 @@ func await[T any](ctx context.Context, detached bool, f func() (T, error)) (T, e
 	}()
 	select {
 	case r := <-done:
-		return r.v, r.err
+		return r.v, withContextError(ctx, r.err)
 	case <-ctx.Done():
 		return zero, ctx.Err()
 	}
+}
+
+// withContextError makes a failure that ended with ctx match ctx's error,
+// so that a timed-out call reads the same (context.DeadlineExceeded)
+// whichever way it ended. go-redis already reports a socket deadline it took
+// from ctx that way; a client that reports a bare i/o timeout would not.
+func withContextError(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+		return fmt.Errorf("%w: %w", ctxErr, err)
+	}
+	return err
 }
 
 // classify marks the errors that mean a key holds a value this backend did

@@ -49,6 +49,9 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		want   []error
 	}{
 		{"nil client", nil, nil, []error{redis.ErrInvalidOption}},
+		{"nil *goredis.Client", (*goredis.Client)(nil), nil, []error{redis.ErrInvalidOption}},
+		{"nil *goredis.ClusterClient", (*goredis.ClusterClient)(nil), nil, []error{redis.ErrInvalidOption}},
+		{"nil read client", c, []redis.Option{redis.WithReadClient((*goredis.Ring)(nil))}, []error{redis.ErrInvalidOption}},
 		{"open brace in prefix", c, []redis.Option{redis.WithPrefix("app{")}, []error{redis.ErrInvalidOption, redis.ErrInvalidPrefix}},
 		{"close brace in prefix", c, []redis.Option{redis.WithPrefix("}app:")}, []error{redis.ErrInvalidOption, redis.ErrInvalidPrefix}},
 		{"hash tag in prefix", c, []redis.Option{redis.WithPrefix("{app}:")}, []error{redis.ErrInvalidOption, redis.ErrInvalidPrefix}},
@@ -84,6 +87,73 @@ func TestKeysLayout(t *testing.T) {
 		"app:{user%3A42%7B%7D}:api%20v2:smooth:gcra:60000:20",
 	}, b.Keys(p, "user:42{}"))
 	assert.Equal(t, "throttlekit:{a}:p:1%2Fs:fixed:1000", mustBackend(t, c).Keys(mustPolicy(t, "p", "1/s"), "a")[0])
+}
+
+// Only clients known to end a command at its context's deadline run
+// commands on the caller's goroutine; the backend cuts every other one short
+// itself, unknown types included.
+func TestWhichClientsTheBackendCutsShort(t *testing.T) {
+	const addr = "127.0.0.1:1"
+	plain := goredis.NewClient(&goredis.Options{Addr: addr})
+	timed := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	cluster := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{addr}})
+	timedCluster := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{addr}, ContextTimeoutEnabled: true})
+	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": addr}})
+	timedRing := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": addr}, ContextTimeoutEnabled: true})
+	failover := goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{addr},
+		ContextTimeoutEnabled: true})
+	for _, c := range []interface{ Close() error }{plain, timed, cluster, timedCluster, ring, timedRing, failover} {
+		defer c.Close()
+	}
+	ap, err := timed.AutoPipeline()
+	require.NoError(t, err)
+	// A wrapper of a client that honours deadlines is still of a type the
+	// backend does not know.
+	wrapped := struct{ *goredis.Client }{timed}
+
+	for _, tc := range []struct {
+		name     string
+		client   redis.Client
+		detached bool
+	}{
+		{"plain client", plain, true},
+		{"client with ContextTimeoutEnabled", timed, false},
+		{"plain cluster client", cluster, true},
+		{"cluster client with ContextTimeoutEnabled", timedCluster, false},
+		{"plain ring", ring, true},
+		{"ring with ContextTimeoutEnabled", timedRing, false},
+		{"failover client with ContextTimeoutEnabled", failover, false},
+		{"auto-pipeliner", ap, true},
+		{"unknown type", wrapped, true},
+	} {
+		assert.Equal(t, tc.detached, redis.Detached(tc.client), tc.name)
+	}
+}
+
+// A Backend that New did not build has no client: every method returns
+// ErrNotInitialized, and nothing panics.
+func TestZeroBackendFailsWithoutPanicking(t *testing.T) {
+	ctx := context.Background()
+	p := mustPolicy(t, "zero", "5/min")
+	req := throttler.Request{Policy: p, Identifier: "x", Cost: 1, Now: t0}
+	for name, b := range map[string]*redis.Backend{"zero": {}, "nil": nil} {
+		_, err := b.Decide(ctx, req)
+		assert.ErrorIs(t, err, redis.ErrNotInitialized, name)
+		assert.ErrorIs(t, err, redis.ErrInvalidOption, name)
+		_, err = b.Peek(ctx, req)
+		assert.ErrorIs(t, err, redis.ErrNotInitialized, name)
+		_, err = b.Refund(ctx, req)
+		assert.ErrorIs(t, err, redis.ErrNotInitialized, name)
+		assert.ErrorIs(t, b.Reset(ctx, p, "x"), redis.ErrNotInitialized, name)
+		assert.ErrorIs(t, b.Ping(ctx), redis.ErrNotInitialized, name)
+		assert.NotPanics(t, func() { b.Keys(p, "x") }, name)
+
+		// Through a throttler: a degraded result, not a panic.
+		r, err := quiet(b, throttler.NewManualClock(t0)).Allow(ctx, p, "x")
+		require.NoError(t, err, name)
+		assert.True(t, r.Degraded, name)
+		assert.ErrorIs(t, r.Err, redis.ErrNotInitialized, name)
+	}
 }
 
 // The hash tag is the whole escaped identifier, so an identifier cannot pick

@@ -10,7 +10,8 @@ import (
 )
 
 // ShardConfig describes one Redis shard: a primary and its replicas, as
-// go-redis client options. NewRedis makes one client per server.
+// go-redis client options. NewRedis makes one client per server, always
+// with ContextTimeoutEnabled set.
 type ShardConfig struct {
 	// Name is the shard's name (see Shard.Name).
 	Name string
@@ -22,6 +23,12 @@ type ShardConfig struct {
 
 // replicaParam is the query parameter of a shard URL that names a replica.
 const replicaParam = "replica"
+
+// contextTimeoutParam is the query parameter go-redis's Sentinel URLs know
+// as ContextTimeoutEnabled; its ParseURL for a single server rejects it.
+// The sharded backend always enables it, so a shard URL may say so, but
+// cannot turn it off.
+const contextTimeoutParam = "context_timeout_enabled"
 
 // ParseConfig reads a layout of Redis shards from one string, such as the
 // value of an environment variable:
@@ -48,17 +55,22 @@ const replicaParam = "replica"
 // own would be; a replica URL percent-encoded whole (no "://" left in it)
 // is decoded first.
 //
+// Every Options returned has ContextTimeoutEnabled set, as NewRedis sets it
+// anyway. A shard URL may say context_timeout_enabled=true (or 1), but
+// cannot turn it off.
+//
 // A ',' inside a URL (in a password, say) must be written %2C, and a '&'
 // in a replica's user info %26.
 //
 // Anything malformed or ambiguous is an error wrapping ErrBadConfig that
 // names the offending part, with passwords masked: no shards, an empty
 // entry, a missing '=', an empty, invalid or duplicate name, a URL go-redis
-// rejects (bad scheme, port or database, unknown parameter), a replica
-// URL with a path, query or fragment, or of another kind of scheme than its
-// primary, a replica with the address of its primary, and an address used
-// twice, within a shard or by two shards. Addresses are compared as
-// written (host names are not resolved).
+// rejects (bad scheme, port or database, unknown parameter), a
+// context_timeout_enabled other than true or 1, a replica URL with a path,
+// query or fragment, or of another kind of scheme than its primary, a
+// replica with the address of its primary, and an address used twice,
+// within a shard or by two shards. Addresses are compared as written (host
+// names are not resolved).
 func ParseConfig(config string) ([]ShardConfig, error) {
 	if strings.TrimSpace(config) == "" {
 		return nil, fmt.Errorf("%w: no shards (empty configuration)", ErrBadConfig)
@@ -113,12 +125,14 @@ func parseShardURL(name, rawURL string) (ShardConfig, error) {
 	if err != nil {
 		return ShardConfig{}, fmt.Errorf("URL %q: %w", shown, err)
 	}
+	primary.ContextTimeoutEnabled = true
 	sc := ShardConfig{Name: name, Primary: primary}
 	for i, raw := range replicas {
 		opts, err := parseReplicaURL(u, raw)
 		if err != nil {
 			return ShardConfig{}, fmt.Errorf("replica %d %q: %w", i, redact(raw), err)
 		}
+		opts.ContextTimeoutEnabled = true
 		sc.Replicas = append(sc.Replicas, opts)
 	}
 	return sc, nil
@@ -126,8 +140,8 @@ func parseShardURL(name, rawURL string) (ShardConfig, error) {
 
 // splitReplicas takes the replica parameters out of a raw query. Their
 // values are returned as written, or decoded when percent-encoded whole;
-// the other parameters are returned as the
-// query left for go-redis. A query url.ParseQuery rejects (a ';', a bad
+// context_timeout_enabled is checked and dropped; the other parameters are
+// returned as the query left for go-redis. A query url.ParseQuery rejects (a ';', a bad
 // escape) is an error here, where go-redis would silently drop the
 // parameter.
 func splitReplicas(rawQuery string) (rest string, replicas []string, err error) {
@@ -143,6 +157,12 @@ func splitReplicas(rawQuery string) (rest string, replicas []string, err error) 
 		key, err := url.QueryUnescape(rawKey)
 		if err != nil {
 			return "", nil, fmt.Errorf("parameter %q: %w", rawKey, err)
+		}
+		if key == contextTimeoutParam {
+			if v, err := url.QueryUnescape(value); err != nil || v != "true" && v != "1" {
+				return "", nil, fmt.Errorf("%s=%q: a sharded backend always enables it; leave it out or write true", contextTimeoutParam, value)
+			}
+			continue
 		}
 		if key != replicaParam {
 			kept = append(kept, param)

@@ -58,6 +58,26 @@ func TestParseConfig(t *testing.T) {
 	require.Len(t, d.Replicas, 1)
 	assert.Equal(t, "/run/redis-d-replica.sock", d.Replicas[0].Addr)
 	assert.Equal(t, 1, d.Replicas[0].DB)
+
+	for _, sc := range got {
+		for _, o := range append([]*goredis.Options{sc.Primary}, sc.Replicas...) {
+			assert.True(t, o.ContextTimeoutEnabled, "%s %s", sc.Name, o.Addr)
+		}
+	}
+}
+
+// context_timeout_enabled, which go-redis's ParseURL for one server
+// rejects, may say what the sharded backend does anyway.
+func TestParseConfigAcceptsContextTimeoutEnabled(t *testing.T) {
+	for _, value := range []string{"true", "1"} {
+		got, err := ParseConfig("a=redis://h1?context_timeout_enabled=" + value + "&replica=redis://h2&read_timeout=1s")
+		require.NoError(t, err, value)
+		require.Len(t, got, 1)
+		assert.True(t, got[0].Primary.ContextTimeoutEnabled)
+		assert.Equal(t, time.Second, got[0].Primary.ReadTimeout)
+		require.Len(t, got[0].Replicas, 1)
+		assert.True(t, got[0].Replicas[0].ContextTimeoutEnabled)
+	}
 }
 
 func TestParseConfigInheritsThePrimarysPassword(t *testing.T) {
@@ -110,6 +130,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad option value", "a=redis://h1?dial_timeout=soon", []string{`shard "a"`, "dial_timeout"}},
 		{"semicolon", "a=redis://h1?dial_timeout=1s;read_timeout=1s", []string{`shard "a"`, "semicolon"}},
 		{"fragment", "a=redis://h1#x", []string{`shard "a"`, "fragment"}},
+		{"context timeout off", "a=redis://h1?context_timeout_enabled=false", []string{`shard "a"`, "context_timeout_enabled", "always enables it"}},
+		{"context timeout 0", "a=redis://h1?context_timeout_enabled=0", []string{`shard "a"`, "context_timeout_enabled"}},
+		{"context timeout empty", "a=redis://h1?context_timeout_enabled=", []string{`shard "a"`, "context_timeout_enabled"}},
+		{"context timeout yes", "a=redis://h1?context_timeout_enabled=yes", []string{`shard "a"`, "context_timeout_enabled"}},
 		{"empty replica", "a=redis://h1?replica=", []string{`shard "a"`, "empty replica URL"}},
 		{"replica without scheme", "a=redis://h1?replica=h2:6379", []string{`shard "a"`, "replica 0", `"h2:6379"`}},
 		{"replica with options", "a=redis://h1?replica=redis://h2?db=2", []string{`shard "a"`, "replica 0", "no query"}},
@@ -184,6 +208,12 @@ func TestNewRedisFromCode(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"b", "a"}, b.Shards())
 	assert.Zero(t, primary.PoolSize, "the caller's options are not modified")
+	assert.False(t, primary.ContextTimeoutEnabled, "the caller's options are not modified")
 	assert.Len(t, b.owned, 3)
+	for _, c := range b.owned {
+		client, ok := c.(*goredis.Client)
+		require.True(t, ok)
+		assert.True(t, client.Options().ContextTimeoutEnabled, "every client ends commands at the context's deadline")
+	}
 	assert.NoError(t, b.Close())
 }

@@ -68,10 +68,13 @@
 // answered by its replicas. A server that comes back with nothing (Redis
 // without persistence) loses the windows it held, and only those.
 //
-// Each call to a down shard costs up to the throttler's per-call timeout.
-// Tune the clients so that they give up sooner: go-redis retries commands
-// (max_retries) and dials (DialerRetries, five attempts 100 ms apart by
-// default) before it reports a refused connection.
+// Each call to a down or hung shard costs at most the throttler's per-call
+// timeout: the clients NewRedis and OpenRedis make have ContextTimeoutEnabled
+// set, so go-redis ends every command at its context's deadline (see
+// Timeouts in package redis for clients built by hand and given to New).
+// Tune the clients so that a refused connection is reported sooner: go-redis
+// retries commands (max_retries) and dials (DialerRetries, five attempts
+// 100 ms apart by default) before it gives up.
 //
 // Throttler.AllowAll over identifiers on different shards is not one
 // atomic step: a denial refunds what the earlier identifiers consumed, and
@@ -126,18 +129,19 @@
 // The other query parameters of a shard URL are go-redis options
 // (dial_timeout, read_timeout, max_retries, db...); they apply to the
 // primary and to every replica of the shard, as do the primary's database
-// and, unless a replica URL has its own, its user name and password. A
-// replica URL holds only a scheme (redis or rediss beside a TCP primary,
-// unix beside a socket), optional user info and an address, written as it
-// would be on its own (or percent-encoded whole). A ',' inside a URL is
-// written %2C.
+// and, unless a replica URL has its own, its user name and password.
+// context_timeout_enabled may be given, but only as true: every client has
+// it set. A replica URL holds only a scheme (redis or rediss beside a TCP
+// primary, unix beside a socket), optional user info and an address,
+// written as it would be on its own (or percent-encoded whole). A ','
+// inside a URL is written %2C.
 //
 // Every malformed or ambiguous configuration is an error wrapping
 // ErrBadConfig that names the offending part, with passwords masked: no
 // shards, an empty entry, a missing '=', an empty, invalid or duplicate
 // name, a URL go-redis rejects (scheme, port, database, unknown
-// parameter), a replica URL with a path, query or fragment, a replica with
-// its primary's address, and one address used twice, within a shard or by
-// two shards. Addresses are compared as written; host names are not
-// resolved.
+// parameter), a context_timeout_enabled other than true or 1, a replica URL
+// with a path, query or fragment, a replica with its primary's address,
+// and one address used twice, within a shard or by two shards. Addresses
+// are compared as written; host names are not resolved.
 package sharded

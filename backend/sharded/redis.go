@@ -16,6 +16,12 @@ import (
 // given with WithRedisOptions (a key prefix, say) apply to every server.
 // The options in shards are copied, never modified.
 //
+// Every client it makes has ContextTimeoutEnabled set, whatever the options
+// say, so that go-redis itself ends each command at its context's deadline:
+// the throttler's per-call timeout, and the share of it Peek gives each
+// replica, hold with no goroutine per call and no command left waiting on a
+// hung server after its caller has gone.
+//
 // The layout is checked as ParseConfig checks it (names, duplicates,
 // addresses); the error wraps ErrBadConfig and names the offending part.
 // The Backend owns the clients it made: Close closes them.
@@ -64,9 +70,11 @@ func NewRedis(shards []ShardConfig, opts ...Option) (*Backend, error) {
 }
 
 // redisBackend makes a client from a copy of opts (go-redis fills in
-// defaults in the options it is given) and a redis.Backend over it.
+// defaults in the options it is given), with ContextTimeoutEnabled set, and
+// a redis.Backend over it.
 func redisBackend(opts *goredis.Options, backendOpts []redis.Option) (*redis.Backend, *goredis.Client, error) {
 	own := *opts
+	own.ContextTimeoutEnabled = true
 	client := goredis.NewClient(&own)
 	b, err := redis.New(client, backendOpts...)
 	if err != nil {

@@ -188,6 +188,9 @@ func validName(name string) error {
 
 // Shards returns the shard names, in the order given to New.
 func (b *Backend) Shards() []string {
+	if b == nil {
+		return nil
+	}
 	names := make([]string, len(b.shards))
 	for i, s := range b.shards {
 		names[i] = s.name
@@ -207,11 +210,11 @@ func (b *Backend) ShardFor(identifier string) string {
 // errNoShards is the error of a Backend not built by a constructor.
 var errNoShards = fmt.Errorf("%w: no shards (build the Backend with New, NewRedis or OpenRedis)", ErrBadConfig)
 
-// route returns the shard that owns identifier, or nil for a zero Backend.
-// Each shard's hash state after its name is precomputed, so routing hashes
-// the identifier once per shard.
+// route returns the shard that owns identifier, or nil for a zero or nil
+// Backend. Each shard's hash state after its name is precomputed, so
+// routing hashes the identifier once per shard.
 func (b *Backend) route(identifier string) *shard {
-	if len(b.shards) == 0 {
+	if b == nil || len(b.shards) == 0 {
 		return nil
 	}
 	best, bestScore := b.shards[0], finish(continueFNV(b.shards[0].seed, identifier))
@@ -242,10 +245,12 @@ func (b *Backend) Decide(ctx context.Context, req throttler.Request) (throttler.
 // Peek implements throttler.Peeker. The replicas of the identifier's shard
 // are tried in turn, starting from a different one on each call; when every
 // replica fails (or the shard has none) the primary answers, with its own
-// Peek or else Decide with cost 0. Everything runs within ctx; while a
-// later server remains to be tried, one replica may use at most half of
-// ctx's remaining time, so that a hung replica leaves the primary time to
-// answer.
+// Peek or else Decide with cost 0. Everything runs within ctx. Each replica
+// is given a context with at most half of ctx's remaining time, so that a
+// hung replica leaves the primary time to answer, provided the replica's
+// Peek returns when its context is done: the Redis backend's does on every
+// client (see Timeouts in package redis), and on those NewRedis and
+// OpenRedis make it needs no extra goroutine.
 //
 // A replica may lag behind its primary. It can show fewer units than the
 // primary holds (a peek is advice, the next decision on the primary is
@@ -348,8 +353,12 @@ func (b *Backend) Reset(ctx context.Context, p *throttler.Policy, identifier str
 // naming its shard and server, in shard order. Servers without Pinger count
 // as reachable. A failing replica fails Ping although peeks still work
 // through the primary: Ping is a health check, and a lost replica needs
-// attention.
+// attention. A Backend no constructor built has no server to ping: its
+// Ping fails, wrapping ErrBadConfig.
 func (b *Backend) Ping(ctx context.Context) error {
+	if b == nil || len(b.shards) == 0 {
+		return errNoShards
+	}
 	errs := make([][]error, len(b.shards))
 	var wg sync.WaitGroup
 	for i, s := range b.shards {
@@ -385,6 +394,9 @@ func (b *Backend) Ping(ctx context.Context) error {
 // does nothing: the caller closes what it built. Do not use the Backend
 // after Close.
 func (b *Backend) Close() error {
+	if b == nil {
+		return nil
+	}
 	var errs []error
 	for _, c := range b.owned {
 		errs = append(errs, c.Close())

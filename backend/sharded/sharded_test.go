@@ -404,19 +404,29 @@ func TestConcurrentDecisionsAreExact(t *testing.T) {
 	}
 }
 
+// A Backend no constructor built, zero or nil, fails every operation with
+// ErrBadConfig, its health check included, and panics nowhere.
 func TestZeroBackendFailsWithoutPanicking(t *testing.T) {
 	ctx := context.Background()
-	var b Backend
 	p := mustPolicy(t, "api", "5/min")
 	req := throttler.Request{Policy: p, Identifier: "x", Cost: 1, Now: t0}
-	_, err := b.Decide(ctx, req)
-	assert.ErrorIs(t, err, ErrBadConfig)
-	_, err = b.Peek(ctx, req)
-	assert.ErrorIs(t, err, ErrBadConfig)
-	_, err = b.Refund(ctx, req)
-	assert.ErrorIs(t, err, ErrBadConfig)
-	assert.ErrorIs(t, b.Reset(ctx, p, "x"), ErrBadConfig)
-	assert.Equal(t, "", b.ShardFor("x"))
-	assert.NoError(t, b.Ping(ctx))
-	assert.NoError(t, b.Close())
+	for name, b := range map[string]*Backend{"zero": {}, "nil": nil} {
+		_, err := b.Decide(ctx, req)
+		assert.ErrorIs(t, err, ErrBadConfig, name)
+		_, err = b.Peek(ctx, req)
+		assert.ErrorIs(t, err, ErrBadConfig, name)
+		_, err = b.Refund(ctx, req)
+		assert.ErrorIs(t, err, ErrBadConfig, name)
+		assert.ErrorIs(t, b.Reset(ctx, p, "x"), ErrBadConfig, name)
+		assert.Equal(t, "", b.ShardFor("x"), name)
+		assert.Empty(t, b.Shards(), name)
+		assert.ErrorIs(t, b.Ping(ctx), ErrBadConfig, name, "a backend with no server is not healthy")
+		assert.NoError(t, b.Close(), name)
+
+		th := throttler.New(b, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithObserver(throttler.NopObserver{}))
+		r, err := th.Allow(ctx, p, "x")
+		require.NoError(t, err, name)
+		assert.True(t, r.Degraded, name)
+		assert.ErrorIs(t, th.Ping(ctx), ErrBadConfig, name)
+	}
 }

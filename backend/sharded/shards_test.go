@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -590,4 +591,100 @@ func TestOpenRedisServesFromTheConfigString(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, n)
 	}
+}
+
+// timeoutBound is a generous bound on a call under the default per-call
+// timeout (100 ms) to a hung shard: ten times that timeout, yet a fifth of
+// the 5 s that go-redis's default ReadTimeout would cost a call that
+// nothing cut short.
+const timeoutBound = time.Second
+
+// pause holds every command of every client of server for d (CLIENT PAUSE
+// ALL), as a hung server would. The pause cannot be lifted from another
+// connection while it lasts, so only servers of the test's own are paused:
+// the test's cleanup stops them.
+func pause(t *testing.T, server *localserver.Redis, d time.Duration) {
+	t.Helper()
+	admin := goredis.NewClient(&goredis.Options{Addr: server.Addr()})
+	defer admin.Close()
+	require.NoError(t, admin.Do(context.Background(), "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err())
+}
+
+// TestTimeoutBoundsAHungShard: a shard from the configuration string whose
+// server hangs (CLIENT PAUSE) costs a decision the per-call timeout, not
+// go-redis's 5 s ReadTimeout, whether or not the URL names
+// context_timeout_enabled.
+func TestTimeoutBoundsAHungShard(t *testing.T) {
+	for _, params := range []string{"", "?context_timeout_enabled=true"} {
+		t.Run("params="+params, func(t *testing.T) {
+			ctx := context.Background()
+			server := localserver.RedisT(t, localserver.RedisOptions{})
+			b, err := OpenRedis("a=redis://" + server.Addr() + params)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = b.Close() })
+			th := throttler.New(b, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithObserver(throttler.NopObserver{}))
+			p := mustPolicy(t, "api", "10/min", throttler.WithFailureMode(throttler.FailClosed))
+			r, err := th.Allow(ctx, p, "user")
+			require.NoError(t, err)
+			require.False(t, r.Degraded, "%v", r.Err)
+
+			pause(t, server, 2*time.Second)
+			start := time.Now()
+			r, err = th.Allow(ctx, p, "user")
+			elapsed := time.Since(start)
+			require.NoError(t, err)
+			assert.True(t, r.Degraded)
+			assert.False(t, r.Allowed)
+			assert.ErrorIs(t, r.Err, context.DeadlineExceeded)
+			var se *ShardError
+			require.ErrorAs(t, r.Err, &se)
+			assert.Equal(t, "a", se.Shard)
+			assert.Less(t, elapsed, timeoutBound, "the decision waited for the hung shard")
+			t.Logf("a decision on the hung shard took %v", elapsed)
+			assert.ErrorIs(t, th.Ping(ctx), context.DeadlineExceeded)
+		})
+	}
+}
+
+// TestPeekGivesAHungReplicaHalfTheTime: a peek whose replica hangs gets its
+// answer from the primary within the per-call timeout, because the replica
+// is given at most half of it. Had the replica's call run to go-redis's
+// ReadTimeout, the whole timeout would have gone and the peek would be
+// degraded.
+func TestPeekGivesAHungReplicaHalfTheTime(t *testing.T) {
+	ctx := context.Background()
+	primary := localserver.RedisT(t, localserver.RedisOptions{})
+	replica := localserver.RedisReplicaT(t, primary, localserver.RedisOptions{})
+	var replicaErrs []error
+	var mu sync.Mutex
+	b, err := OpenRedis("a=redis://"+primary.Addr()+"?replica=redis://"+replica.Addr(),
+		WithReplicaErrorHandler(func(err error) { mu.Lock(); replicaErrs = append(replicaErrs, err); mu.Unlock() }))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	// The timeout is generous so that the primary answers in its half even
+	// under -race; the replica hangs far longer than the whole of it.
+	const timeout = 2 * time.Second
+	th := throttler.New(b, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithObserver(throttler.NopObserver{}),
+		throttler.WithTimeout(timeout))
+	p := mustPolicy(t, "api", "10/min")
+	_, err = th.AllowN(ctx, p, "user", 3)
+	require.NoError(t, err)
+	r, err := th.Peek(ctx, p, "user")
+	require.NoError(t, err)
+	require.False(t, r.Degraded, "%v", r.Err)
+	require.Empty(t, replicaErrs, "the replica answers before it hangs")
+
+	pause(t, replica, 3*timeout)
+	start := time.Now()
+	r, err = th.Peek(ctx, p, "user")
+	elapsed := time.Since(start)
+	require.NoError(t, err)
+	require.False(t, r.Degraded, "the replica took the primary's time: %v", r.Err)
+	assert.EqualValues(t, 3, r.Used, "the primary's count")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, replicaErrs, 1)
+	assert.ErrorIs(t, replicaErrs[0], context.DeadlineExceeded)
+	assert.Contains(t, replicaErrs[0].Error(), "replica 0")
+	t.Logf("peek with a hung replica answered by the primary in %v (timeout %v)", elapsed, timeout)
 }
