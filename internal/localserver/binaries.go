@@ -27,6 +27,11 @@ var ErrBinaryNotFound = errors.New("localserver: binary not found")
 // closed.
 var ErrClosed = errors.New("localserver: server closed")
 
+// ErrInvalidArgument is returned (wrapped) when a Start function is called
+// with arguments it cannot use, such as a nil primary or a master name that
+// cannot be written to a Sentinel configuration file.
+var ErrInvalidArgument = errors.New("localserver: invalid argument")
+
 // envOverride maps a binary name to the environment variable that may name a
 // replacement.
 var envOverride = map[string]string{

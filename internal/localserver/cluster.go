@@ -38,14 +38,15 @@ type RedisCluster struct {
 // --cluster-yes`, and waits until every node reports cluster_state:ok, all
 // 16384 slots assigned, the full node list, and every replica linked and
 // synced to its primary. primaries must be at least 3 (a redis-cli
-// requirement). The error wraps [ErrBinaryNotFound] when redis-server or
+// requirement) and replicasPerPrimary at least 0, or the error wraps
+// [ErrInvalidArgument]. The error wraps [ErrBinaryNotFound] when redis-server or
 // redis-cli cannot be found.
 func StartRedisCluster(primaries, replicasPerPrimary int) (*RedisCluster, error) {
 	if primaries < 3 {
-		return nil, fmt.Errorf("localserver: a Redis Cluster needs at least 3 primaries, got %d", primaries)
+		return nil, fmt.Errorf("%w: a Redis Cluster needs at least 3 primaries, got %d", ErrInvalidArgument, primaries)
 	}
 	if replicasPerPrimary < 0 {
-		return nil, fmt.Errorf("localserver: negative replicas per primary: %d", replicasPerPrimary)
+		return nil, fmt.Errorf("%w: negative replicas per primary: %d", ErrInvalidArgument, replicasPerPrimary)
 	}
 	if _, err := LookPath(RedisServerBinary); err != nil {
 		return nil, err

@@ -8,15 +8,17 @@
 // Binaries are found with [exec.LookPath]. The environment variables
 // REDIS_SERVER, REDIS_CLI and MEMCACHED may name a different binary (a path or
 // a name looked up in PATH). When a binary cannot be found, the process-level
-// functions ([StartRedis], [StartRedisReplica], [StartRedisCluster],
-// [StartMemcached]) return an error matching [ErrBinaryNotFound] with
+// functions ([StartRedis], [StartRedisReplica], [StartRedisSentinel],
+// [StartRedisCluster], [StartMemcached]) return an error matching [ErrBinaryNotFound] with
 // [errors.Is], and [Available] reports false.
 //
 // # Process-level API
 //
 // [StartRedis] starts a standalone Redis, [StartRedisReplica] starts a replica
-// of an existing one, [StartRedisCluster] starts a Redis Cluster (created with
-// `redis-cli --cluster create`), and [StartMemcached] starts a memcached. Each
+// of an existing one, [StartRedisSentinel] starts a Redis Sentinel that
+// monitors a primary and can fail over to its replicas, [StartRedisCluster]
+// starts a Redis Cluster (created with `redis-cli --cluster create`), and
+// [StartMemcached] starts a memcached. Each
 // server can be stopped gracefully with Stop and brought back on the same
 // address with Start, which is what recovery tests need; Close stops the
 // server for good (memcached is simply killed, as it has nothing to save) and
@@ -30,14 +32,25 @@
 // not survive Stop/Start unless the caller passes persistence options in
 // [RedisOptions.Args].
 //
+// # Sentinel
+//
+// A [RedisSentinel] is the same redis-server binary run with --sentinel. It
+// monitors one primary with a quorum of 1, so it alone decides that the
+// primary is down and promotes a replica; it declares a primary down after
+// [SentinelDownAfter] without an answer, which makes a failover take a few
+// seconds. A typical failover test starts a primary, its replicas and then
+// the sentinel, points a Sentinel-aware client at [RedisSentinel.Addr],
+// stops the primary and calls [RedisSentinel.WaitMaster] with the replica's
+// address.
+//
 // # Test helpers
 //
-// [RedisT], [RedisReplicaT], [RedisClusterT] and [MemcachedT] wrap the
-// process-level functions for tests: they register Close with
-// [testing.TB.Cleanup] and fail the test on errors. When a binary is missing
-// they skip the test, unless the environment variable CI is non-empty or
-// THROTTLEKIT_REQUIRE_SERVERS=1, in which case they fail it, so that CI never
-// silently skips server-backed tests.
+// [RedisT], [RedisReplicaT], [RedisSentinelT], [RedisClusterT] and
+// [MemcachedT] wrap the process-level functions for tests: they register
+// Close with [testing.TB.Cleanup] and fail the test on errors. When a binary
+// is missing they skip the test, unless the environment variable CI is
+// non-empty or THROTTLEKIT_REQUIRE_SERVERS=1, in which case they fail it, so
+// that CI never silently skips server-backed tests.
 //
 // # Process lifetime
 //

@@ -397,6 +397,9 @@ func TestMissingBinary(t *testing.T) {
 	if _, err := StartRedis(RedisOptions{}); !errors.Is(err, ErrBinaryNotFound) {
 		t.Errorf("StartRedis: %v, want ErrBinaryNotFound", err)
 	}
+	if _, err := StartRedisSentinel(&Redis{port: 1}, "m", RedisOptions{}); !errors.Is(err, ErrBinaryNotFound) {
+		t.Errorf("StartRedisSentinel: %v, want ErrBinaryNotFound", err)
+	}
 	if _, err := StartRedisCluster(3, 0); !errors.Is(err, ErrBinaryNotFound) {
 		t.Errorf("StartRedisCluster: %v, want ErrBinaryNotFound", err)
 	}
@@ -416,10 +419,11 @@ func TestMissingBinary(t *testing.T) {
 		t.Setenv("CI", tc.ci)
 		t.Setenv("THROTTLEKIT_REQUIRE_SERVERS", tc.require)
 		helpers := map[string]func(tb testing.TB){
-			"RedisT":        func(tb testing.TB) { RedisT(tb, RedisOptions{}) },
-			"RedisReplicaT": func(tb testing.TB) { RedisReplicaT(tb, &Redis{port: 1}, RedisOptions{}) },
-			"RedisClusterT": func(tb testing.TB) { RedisClusterT(tb, 3, 1) },
-			"MemcachedT":    func(tb testing.TB) { MemcachedT(tb, MemcachedOptions{}) },
+			"RedisT":         func(tb testing.TB) { RedisT(tb, RedisOptions{}) },
+			"RedisReplicaT":  func(tb testing.TB) { RedisReplicaT(tb, &Redis{port: 1}, RedisOptions{}) },
+			"RedisSentinelT": func(tb testing.TB) { RedisSentinelT(tb, &Redis{port: 1}, "m", RedisOptions{}) },
+			"RedisClusterT":  func(tb testing.TB) { RedisClusterT(tb, 3, 1) },
+			"MemcachedT":     func(tb testing.TB) { MemcachedT(tb, MemcachedOptions{}) },
 		}
 		for name, h := range helpers {
 			f := &fakeTB{TB: t}

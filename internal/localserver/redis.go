@@ -51,10 +51,11 @@ func StartRedis(opts RedisOptions) (*Redis, error) {
 
 // StartRedisReplica starts a redis-server that replicates primary
 // (replicaof), and waits until the link to the primary is up and the replica
-// has caught up with everything written to the primary before the call.
+// has caught up with everything written to the primary before the call. A
+// nil primary gives an error wrapping [ErrInvalidArgument].
 func StartRedisReplica(primary *Redis, opts RedisOptions) (*Redis, error) {
 	if primary == nil {
-		return nil, errors.New("localserver: StartRedisReplica: nil primary")
+		return nil, fmt.Errorf("%w: StartRedisReplica: nil primary", ErrInvalidArgument)
 	}
 	extra := []string{"--replicaof", "127.0.0.1", strconv.Itoa(primary.port)}
 	r, err := startRedis(opts, extra, false)

@@ -52,6 +52,20 @@ func RedisReplicaT(tb testing.TB, primary *Redis, opts RedisOptions) *Redis {
 	return r
 }
 
+// RedisSentinelT starts a Sentinel monitoring primary under masterName for
+// a test (see [StartRedisSentinel]) and closes it when the test ends. Errors
+// are handled as in [RedisT].
+func RedisSentinelT(tb testing.TB, primary *Redis, masterName string, opts RedisOptions) *RedisSentinel {
+	tb.Helper()
+	s, err := StartRedisSentinel(primary, masterName, opts)
+	if err != nil {
+		failStart(tb, "starting redis sentinel", err)
+		return nil
+	}
+	tb.Cleanup(func() { closeT(tb, s.Close) })
+	return s
+}
+
 // RedisClusterT starts a Redis Cluster for a test (see [StartRedisCluster])
 // and closes it when the test ends. A missing redis-server or redis-cli
 // skips the test, or fails it when [RequireServers] is true; other errors
