@@ -43,7 +43,8 @@ var (
 	ErrRetriesExhausted = errors.New("memcached: compare-and-swap retries exhausted")
 
 	// ErrInvalidConfig reports a Backend built with a nil client, an empty
-	// or too long prefix, or a negative retry count.
+	// or too long prefix, or a negative retry count, and every call on a
+	// Backend that New did not build (its zero value, or a nil pointer).
 	ErrInvalidConfig = errors.New("memcached: invalid configuration")
 )
 
@@ -60,7 +61,7 @@ type Backend struct {
 	// the absolute expirations memcached requires; it decides nothing.
 	wall  func() time.Time
 	stats struct {
-		roundTrips, casConflicts, retriesExhausted, rollbackFailures, windowsLost atomic.Uint64
+		roundTrips, casConflicts, retriesExhausted, rollbackFailures, windowsLost, openingsRetracted atomic.Uint64
 	}
 	hooks testHooks
 }
@@ -77,6 +78,13 @@ type testHooks struct {
 	// beforePublish runs after a new window's counter (named) was added,
 	// before the window item is written to point at it.
 	beforePublish func(counter string)
+	// beforeRetract runs when a denied or failed call has given back the
+	// units of a window it opened and the counter (named) read zero, before
+	// it checks the counter again to retract the opening.
+	beforeRetract func(counter string)
+	// afterGiveBack runs when a rollback has finished, in the goroutine
+	// that ran it, whether or not the call waited for it.
+	afterGiveBack func()
 }
 
 var (
@@ -157,25 +165,57 @@ type Stats struct {
 	CASConflicts uint64
 	// RetriesExhausted counts calls that failed with ErrRetriesExhausted.
 	RetriesExhausted uint64
-	// RollbackFailures counts units a denied request could not give back
-	// (a server error, or the call's context ending): they stay counted
-	// until their window closes, which can deny, never over-admit.
+	// RollbackFailures counts units a denied or failed call could not
+	// give back, and windows it opened and could not check for
+	// retraction (a server error, or a server silent for the give-back's
+	// whole budget): they stay counted, or open, until their window
+	// closes, which can deny, never over-admit.
 	RollbackFailures uint64
 	// WindowsLost counts the times an open fixed window was found without
 	// its counter (evicted). The next decision reopens such a window as a
 	// fresh one; a peek reports it as absent.
 	WindowsLost uint64
+	// OpeningsRetracted counts windows that a denied (or failed) call had
+	// opened and closed again, because nobody else counted in them by the
+	// time it gave its units back (see "Concurrency" in the package
+	// documentation).
+	OpeningsRetracted uint64
 }
 
-// Stats returns the backend's counters.
+// Stats returns the backend's counters (zero for a Backend New did not
+// build).
 func (b *Backend) Stats() Stats {
-	return Stats{
-		RoundTrips:       b.stats.roundTrips.Load(),
-		CASConflicts:     b.stats.casConflicts.Load(),
-		RetriesExhausted: b.stats.retriesExhausted.Load(),
-		RollbackFailures: b.stats.rollbackFailures.Load(),
-		WindowsLost:      b.stats.windowsLost.Load(),
+	if b == nil {
+		return Stats{}
 	}
+	return Stats{
+		RoundTrips:        b.stats.roundTrips.Load(),
+		CASConflicts:      b.stats.casConflicts.Load(),
+		RetriesExhausted:  b.stats.retriesExhausted.Load(),
+		RollbackFailures:  b.stats.rollbackFailures.Load(),
+		WindowsLost:       b.stats.windowsLost.Load(),
+		OpeningsRetracted: b.stats.openingsRetracted.Load(),
+	}
+}
+
+// ready reports a Backend that New did not build: its zero value (or a nil
+// pointer) has no client and no clock to compute expirations with.
+func (b *Backend) ready() error {
+	if b == nil || b.client == nil || b.wall == nil || b.prefix == "" {
+		return fmt.Errorf("%w: Backend not built by New", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// giveBackBudget bounds a rollback: one client Timeout (gomemcache's
+// default when the client has none), counted from the rollback's start and
+// independent of the caller's context, so that a call cancelled or timed
+// out mid-way still gives back what it took, within a bounded time.
+func (b *Backend) giveBackBudget() time.Duration {
+	if b.client.Timeout > 0 {
+		return b.client.Timeout
+	}
+	return memcache.DefaultTimeout
 }
 
 // Decide applies req to its identifier's policy: allowed only if every
@@ -235,9 +275,12 @@ func (b *Backend) Refund(ctx context.Context, req throttler.Request) (throttler.
 		if !l.open {
 			continue
 		}
-		v, err := c.incrDecr("decr", c.keys.counter(i, l.win), req.Cost)
+		// No committed count exceeds Max, so giving back more takes
+		// nothing more; the clamp also keeps a retracted counter far above
+		// retractedFloor.
+		v, err := c.incrDecr("decr", c.keys.counter(i, l.win), min(req.Cost, l.limit.Max))
 		switch {
-		case errors.Is(err, memcache.ErrCacheMiss):
+		case errors.Is(err, memcache.ErrCacheMiss), err == nil && v >= retractedFloor:
 			l.open, l.state = false, throttler.State{}
 		case err != nil:
 			return throttler.Outcome{}, err
@@ -299,8 +342,13 @@ func (b *Backend) Reset(ctx context.Context, p *throttler.Policy, identifier str
 }
 
 // Ping checks that every server answers a version request, each within the
-// client's Timeout.
+// client's Timeout. It asks them one after another, stops at the first that
+// fails, and checks ctx only before the first: a hung server costs one
+// client Timeout, past ctx if need be.
 func (b *Backend) Ping(ctx context.Context) error {
+	if err := b.ready(); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -340,17 +388,26 @@ type limitCall struct {
 	// Used was read or returned by the server.
 	state throttler.State
 	known bool
+	// consumed reports that this call's units are counted in the fixed
+	// window; retracted, that the call opened the window and, denied,
+	// closed it again.
+	consumed, retracted bool
 }
 
 // undoStep is units to give back: a counter to decr or a GCRA limit to
-// refund.
+// refund. opened marks a window the call opened itself, with its end.
 type undoStep struct {
 	limit   int
 	counter string // empty for GCRA
 	units   int64
+	opened  bool
+	end     int64
 }
 
 func (b *Backend) newCall(ctx context.Context, req throttler.Request) (*call, error) {
+	if err := b.ready(); err != nil {
+		return nil, err
+	}
 	if req.Policy == nil || req.Policy.Len() == 0 {
 		return nil, fmt.Errorf("%w: nil or zero policy", throttler.ErrInvalidPolicy)
 	}
@@ -450,7 +507,8 @@ func (c *call) setGCRAItem(i int, it *memcache.Item) error {
 
 // readCounters reads, in one round trip, the counters of the open windows
 // whose Used is not known yet. A missing counter means the window lost its
-// count to eviction: the window then counts as absent.
+// count to eviction, a retracted one that its opener closed it again: the
+// window then counts as absent.
 func (c *call) readCounters() error {
 	var keys []string
 	for i := range c.limits {
@@ -483,6 +541,10 @@ func (c *call) readCounters() error {
 		used, ok := parseInt(it.Value)
 		if !ok {
 			return fmt.Errorf("%w: counter of limit %q holds %q", throttler.ErrBadReply, l.limit.Name, clip(it.Value))
+		}
+		if used >= retractedFloor {
+			l.open, l.state = false, throttler.State{}
+			continue
 		}
 		l.state, l.known = throttler.State{Used: used, End: l.win.end}, true
 	}
@@ -523,17 +585,16 @@ func (c *call) decide() (throttler.Outcome, error) {
 			return throttler.Outcome{Allowed: false, States: states}, nil
 		}
 	}
+	// Units are taken in three ranks, each in policy order (see
+	// "Concurrency"): fixed windows that did not start at now, then GCRA
+	// limits, then fixed windows that start at now, which is where every
+	// anchored window this request opens is.
 	for i := range c.limits {
-		if c.limits[i].gcra {
+		if c.limits[i].gcra || c.startsNow(i) {
 			continue
 		}
-		allowed, err := c.consumeWindow(i)
-		if err != nil {
-			c.rollback()
-			return throttler.Outcome{}, err
-		}
-		if !allowed {
-			return c.deny(), nil
+		if out, stop, err := c.settle(c.consumeWindow(i, true)); stop {
+			return out, err
 		}
 	}
 	for i := range c.limits {
@@ -541,57 +602,119 @@ func (c *call) decide() (throttler.Outcome, error) {
 			continue
 		}
 		allowed, err := c.consumeGCRA(i)
-		if err != nil {
-			c.rollback()
-			return throttler.Outcome{}, err
+		if out, stop, err := c.settle(stepOf(allowed), err); stop {
+			return out, err
 		}
-		if !allowed {
-			return c.deny(), nil
+	}
+	for i := range c.limits {
+		if l := &c.limits[i]; l.gcra || l.consumed {
+			continue
+		}
+		if out, stop, err := c.settle(c.consumeWindow(i, false)); stop {
+			return out, err
 		}
 	}
 	return throttler.Outcome{Allowed: true, States: c.states()}, nil
 }
 
+// step is what taking units from one limit came to.
+type step int
+
+const (
+	stepPassed   step = iota // the limit allows; the units are taken
+	stepDenied               // the limit denies; its units are taken until rollback
+	stepDeferred             // the window needs opening at now: it moves to the last rank
+)
+
+func stepOf(allowed bool) step {
+	if allowed {
+		return stepPassed
+	}
+	return stepDenied
+}
+
+// settle turns a step into the end of the decision when it denied or
+// failed, giving back every unit taken.
+func (c *call) settle(s step, err error) (out throttler.Outcome, stop bool, _ error) {
+	switch {
+	case err != nil:
+		c.rollback()
+		return throttler.Outcome{}, true, err
+	case s == stepDenied:
+		return c.deny(), true, nil
+	}
+	return throttler.Outcome{}, false, nil
+}
+
+// startsNow reports whether fixed window i, as last read, is one that
+// starts at the request's now: an open window opened at that very reading,
+// or a closed one whose successor would start then (every anchored one,
+// and an aligned one whose slot begins at now). At one clock reading every
+// request classes every limit the same way, whatever it read; see
+// "Concurrency".
+func (c *call) startsNow(i int) bool {
+	l := &c.limits[i]
+	end := windowEnd(l.limit, c.nowMs)
+	if l.open {
+		end = l.win.end
+	}
+	return end-l.limit.Window.Milliseconds() == c.nowMs
+}
+
 // consumeWindow takes the request's units from fixed-window limit i: incr
 // on the open window's counter, or, when no window is open, opening one.
-// It reports false when the limit denies; the units then stay taken until
-// rollback gives them back.
-func (c *call) consumeWindow(i int) (allowed bool, err error) {
+// It reports stepDenied when the limit denies; the units then stay taken
+// until rollback gives them back. A counter found evicted or retracted
+// means the window must be opened again; when deferOpen is set and that
+// window would start at now, the opening is left to the last rank
+// (stepDeferred) instead of being made here.
+func (c *call) consumeWindow(i int, deferOpen bool) (step, error) {
 	l := &c.limits[i]
 	n := c.req.Cost
 	for opens := 0; ; {
 		if l.open {
 			key := c.keys.counter(i, l.win)
 			v, err := c.incrDecr("incr", key, n)
-			if errors.Is(err, memcache.ErrCacheMiss) {
-				// The window item names a counter that is gone: evicted.
-				// Its count is lost; reopen the window as a fresh one
+			evicted := errors.Is(err, memcache.ErrCacheMiss)
+			if evicted || err == nil && v >= retractedFloor {
+				// The window item names a counter that is gone (evicted)
+				// or retracted: the window counts as absent. Reopen it
 				// rather than recreate the counter, so no incarnation ever
-				// counts from zero twice (see "Eviction").
-				c.b.stats.windowsLost.Add(1)
+				// counts from zero twice (see "Eviction"). Units an incr
+				// added to a retracted counter count nowhere.
+				if evicted {
+					c.b.stats.windowsLost.Add(1)
+				}
 				l.open, l.state, l.known = false, throttler.State{}, false
+				if deferOpen && c.startsNow(i) {
+					return stepDeferred, nil
+				}
 				continue
 			}
 			if err != nil {
-				return false, err
+				return stepDenied, err
 			}
 			c.undo = append(c.undo, undoStep{limit: i, counter: key, units: n})
-			l.state, l.known = throttler.State{Used: v, End: l.win.end}, true
+			l.state, l.known, l.consumed = throttler.State{Used: v, End: l.win.end}, true, true
 			if v <= l.limit.Max {
-				return true, nil
+				return stepPassed, nil
 			}
 			if c.b.hooks.overLimit != nil {
 				c.b.hooks.overLimit()
 			}
-			return false, nil
+			return stepDenied, nil
 		}
 		if opens > c.b.casRetries {
-			return false, c.exhausted()
+			return stepDenied, c.exhausted()
 		}
 		opens++
 		opened, err := c.openWindow(i)
-		if err != nil || opened {
-			return opened, err
+		if err != nil {
+			return stepDenied, err
+		}
+		if opened {
+			l.consumed = true
+			return stepPassed, nil
 		}
 		// Lost the race to open: the window item now holds someone
 		// else's window (or vanished); loop on what it holds.
@@ -636,8 +759,9 @@ func (c *call) openWindow(i int) (opened bool, err error) {
 		item.CasID = l.item.CasID
 		return c.b.client.CompareAndSwap(item)
 	})
+	opening := undoStep{limit: i, counter: counter, units: n, opened: true, end: w.end}
 	if err == nil {
-		c.undo = append(c.undo, undoStep{limit: i, counter: counter, units: n})
+		c.undo = append(c.undo, opening)
 		l.item, l.open, l.win = nil, true, w
 		l.state, l.known = throttler.State{Used: n, End: w.end}, true
 		return true, nil
@@ -645,8 +769,10 @@ func (c *call) openWindow(i int) (opened bool, err error) {
 	if !lostRace(err) {
 		// A timeout or a broken connection does not say whether the
 		// server stored the window item. It may have: then the item names
-		// this counter, and deleting it would reopen the window later under
-		// a new end. Leave the counter to its expiry.
+		// this counter, and deleting it would lose the units of anyone
+		// who has read the item since. The rollback gives the units back
+		// and retracts the counter only if it then holds nothing.
+		c.undo = append(c.undo, opening)
 		return false, fmt.Errorf("memcached: publish window: %w", err)
 	}
 	// The server refused the item, so nothing names this counter.
@@ -771,16 +897,26 @@ func (c *call) rereadGCRA(i int) error {
 
 // deny gives back every unit the call took and returns the denial with
 // every limit's state: fixed windows it touched as they were just before
-// its units, GCRA limits as the rollback left them, and the windows it did
-// not reach read now (one round trip), so that the throttler can name the
-// right binding limit.
+// its units (absent when it opened them and retracted the opening), GCRA
+// limits as the rollback left them, and the windows it did not reach read
+// now (one round trip), so that the throttler can name the right binding
+// limit. When the call's context ends before the give-back does, the
+// states are computed from what the call knows.
 func (c *call) deny() throttler.Outcome {
-	c.rollback()
+	before := c.statesBeforeUnits()
+	if !c.rollback() {
+		return throttler.Outcome{Allowed: false, States: before}
+	}
 	for _, u := range c.undo {
-		if u.counter != "" {
-			l := &c.limits[u.limit]
-			l.state.Used = max(l.state.Used-u.units, 0)
+		if u.counter == "" {
+			continue
 		}
+		l := &c.limits[u.limit]
+		if l.retracted {
+			l.open, l.state = false, throttler.State{}
+			continue
+		}
+		l.state = before[u.limit]
 	}
 	if err := c.readCounters(); err != nil {
 		// The verdict stands; only those limits' figures are unknown.
@@ -793,23 +929,149 @@ func (c *call) deny() throttler.Outcome {
 	return throttler.Outcome{Allowed: false, States: c.states()}
 }
 
-// rollback gives back, newest first, every unit the call took. A unit that
-// cannot be given back (server error, context done) is counted in
-// Stats.RollbackFailures and stays spent until its window closes.
-func (c *call) rollback() {
+// statesBeforeUnits returns the best-known states with this call's units
+// taken out again by the reference arithmetic; open windows whose count
+// was not read are unknown (zero), as when reading them fails.
+func (c *call) statesBeforeUnits() []throttler.State {
+	states := c.states()
+	for i := range c.limits {
+		if l := &c.limits[i]; !l.gcra && l.open && !l.known {
+			states[i] = throttler.State{}
+		}
+	}
+	for _, u := range c.undo {
+		if u.counter != "" {
+			states[u.limit].Used = max(states[u.limit].Used-u.units, 0)
+			continue
+		}
+		one := make([]throttler.State, len(states))
+		one[u.limit] = states[u.limit]
+		states[u.limit] = throttler.Refund(c.policy, c.req.Now, u.units, one)[u.limit]
+	}
+	return states
+}
+
+// rollback gives back, newest first, every unit the call took, and
+// retracts each window the call opened that nobody else counts in (see
+// retract). It reports whether it finished.
+//
+// The give-back runs on a budget of its own (giveBackBudget), not on the
+// call's context: a call denied or failed because its context ended must
+// still give its units back, or a denial would consume. It runs in a
+// goroutine of its own, and rollback waits for it only while the call's
+// context lasts, so that a call still returns promptly once its context
+// is done; the call then belongs to that goroutine. A give-back that fails
+// (a server error, the budget spent) is counted in
+// Stats.RollbackFailures; its units stay spent until their window closes,
+// which can deny, never over-admit.
+func (c *call) rollback() (finished bool) {
+	if len(c.undo) == 0 {
+		return true
+	}
+	callerCtx := c.ctx
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(callerCtx), c.b.giveBackBudget())
+	c.ctx = ctx
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer cancel()
+		c.giveBack()
+		if c.b.hooks.afterGiveBack != nil {
+			c.b.hooks.afterGiveBack()
+		}
+	}()
+	select {
+	case <-done:
+	case <-callerCtx.Done():
+		select {
+		case <-done:
+		default:
+			return false
+		}
+	}
+	c.ctx = callerCtx
+	return true
+}
+
+// giveBack is rollback's work; see rollback.
+func (c *call) giveBack() {
 	for j := len(c.undo) - 1; j >= 0; j-- {
 		u := c.undo[j]
 		var err error
-		if u.counter != "" {
-			_, err = c.incrDecr("decr", u.counter, u.units)
-			if errors.Is(err, memcache.ErrCacheMiss) {
-				err = nil // evicted: nothing left to give back
+		if u.counter == "" {
+			if err = c.rereadGCRA(u.limit); err == nil {
+				err = c.refundGCRA(u.limit, u.units)
 			}
-		} else if err = c.rereadGCRA(u.limit); err == nil {
-			err = c.refundGCRA(u.limit, u.units)
+		} else {
+			var left int64
+			left, err = c.incrDecr("decr", u.counter, u.units)
+			switch {
+			case errors.Is(err, memcache.ErrCacheMiss):
+				err = nil // evicted: nothing left to give back or retract
+			case err == nil && u.opened && left == 0:
+				err = c.retract(u)
+			}
 		}
 		if err != nil {
 			c.b.stats.rollbackFailures.Add(1)
+		}
+	}
+}
+
+// Retracted counters. A retracted counter holds retractedValue. Live
+// counts stay far below retractedFloor, and incr, decr and Refund's
+// clamped decr move a counter by at most throttler.MaxQuota (2^40) each,
+// so a retracted counter stays at or above the floor for millions of
+// operations, more than its window's life sees: every reader takes a value
+// there for a retracted window, absent.
+const (
+	retractedValue = int64(1) << 62
+	retractedFloor = int64(1) << 61
+)
+
+// retract closes again window u.limit, which this call opened and whose
+// units it has just given back, when nobody else counts in it: it reads
+// the counter with its CAS id and, if it still holds zero, swaps in
+// retractedValue. Any incr since the read changes the CAS id, so the swap
+// fails exactly when someone counted in between; then, or when the
+// counter holds units of others, the window stays open, theirs. After a
+// swap, the window item still names the counter, and every request takes
+// the window for absent and opens a new one (by compare-and-swap over that
+// item), as after an eviction.
+func (c *call) retract(u undoStep) error {
+	if c.b.hooks.beforeRetract != nil {
+		c.b.hooks.beforeRetract(u.counter)
+	}
+	live := time.Duration(u.end-c.nowMs) * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		it, err := c.get(u.counter)
+		if err != nil || it == nil {
+			return err // nil when evicted: the window counts as absent already
+		}
+		if v, ok := parseInt(it.Value); !ok || v != 0 {
+			return nil // someone else's units: their window now
+		}
+		it.Value = []byte(strconv.FormatInt(retractedValue, 10))
+		it.Expiration = expiration(live, 1, c.b.wall)
+		err = c.roundTrip(func() error { return c.b.client.CompareAndSwap(it) })
+		if err == nil {
+			c.b.stats.openingsRetracted.Add(1)
+			c.limits[u.limit].retracted = true
+			return nil
+		}
+		if errors.Is(err, memcache.ErrCacheMiss) {
+			return nil
+		}
+		if !lostRace(err) {
+			return fmt.Errorf("memcached: retract window: %w", err)
+		}
+		c.b.stats.casConflicts.Add(1)
+		if attempt >= c.b.casRetries {
+			// Not a failed call: the verdict stands, the window stays.
+			return fmt.Errorf("%w while retracting a window", ErrRetriesExhausted)
+		}
+		if err := c.backoff(attempt); err != nil {
+			return err
 		}
 	}
 }

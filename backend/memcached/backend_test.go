@@ -171,22 +171,30 @@ func TestMixedPolicyRollsBackEveryLimit(t *testing.T) {
 	assert.Equal(t, int64(3), r.Limits[0].Used)
 	assert.Equal(t, int64(3), r.Limits[2].Used)
 
-	// A GCRA limit that only denies once the windows took their units:
-	// make its CAS lose to a writer that fills the bucket.
-	p2 := mustPolicy(t, "mixed2", "100/min, 1/min gcra")
+	// A GCRA limit that only denies once an older window took its unit
+	// (the minute window opened a second earlier comes first in the
+	// order): make its CAS lose to a writer that fills the bucket.
+	p2 := mustPolicy(t, "mixed2", "100/min, 2/min gcra")
+	r, err = thr.Allow(ctx, p2, "v")
+	require.NoError(t, err)
+	require.True(t, r.Allowed)
+	clock.Advance(time.Second)
 	k := newKeys(b.prefix, p2, "v")
 	b.hooks.beforeCAS = func() {
 		b.hooks.beforeCAS = nil
 		tat := clock.Now().Add(time.Minute).UnixMicro()
 		require.NoError(t, raw.Set(&memcache.Item{Key: k.gcra(1), Value: []byte(fmt.Sprint(tat)), Expiration: 120}))
 	}
+	before := b.Stats().RoundTrips
 	r, err = thr.Allow(ctx, p2, "v")
 	require.NoError(t, err)
 	assert.False(t, r.Allowed)
-	assert.Equal(t, int64(0), r.Limits[0].Used, "the fixed window's unit was given back")
+	assert.Equal(t, int64(1), r.Limits[0].Used, "the fixed window's unit was given back")
+	// get, incr, CAS lost, reread GCRA, decr.
+	assert.Equal(t, uint64(5), b.Stats().RoundTrips-before)
 	peek, err := thr.Peek(ctx, p2, "v")
 	require.NoError(t, err)
-	assert.Equal(t, int64(0), peek.Limits[0].Used)
+	assert.Equal(t, int64(1), peek.Limits[0].Used)
 	assert.Equal(t, uint64(0), b.Stats().RollbackFailures)
 }
 
@@ -647,7 +655,7 @@ func TestRoundTrips(t *testing.T) {
 	assert.Equal(t, uint64(4), count(allow(three, "u", true)), "get, three incrs")
 	clock.Advance(2 * time.Second)
 	assert.Equal(t, uint64(6), count(allow(three, "u", true)),
-		"get, read the open counters, open the first (2), two incrs")
+		"get, read the open counters, two incrs, then open the first (2)")
 }
 
 func TestResetClearsUnreadableState(t *testing.T) {

@@ -64,35 +64,47 @@
 //  2. When a window must be opened, a GCRA limit already denies on what was
 //     read, or n exceeds a limit's capacity: one multi-get of the open
 //     windows' counters, then throttler.Decide on that snapshot. A denial
-//     here writes nothing, so a denied request opens no window and spends
-//     nothing.
-//  3. Fixed windows, in policy order. Open window: incr C by n; the new
-//     value is allowed iff it is at most Max. No open window: add a new
-//     counter C(opening(now), new token) holding n, then publish it with
-//     add (no W) or cas (over the closed W read); on losing, delete the
-//     unpublished counter, reread W and incr the winner's counter.
-//  4. GCRA limits, in policy order: compute the new TAT from the item read
-//     with the reference arithmetic; denied stops; allowed writes it by cas
-//     (add when absent). A lost race rereads and recomputes, at most
-//     WithCASRetries times, then fails with ErrRetriesExhausted.
-//  5. On a denial in 3 or 4, every unit taken is given back, newest first:
-//     decr on counters, a refund by cas on GCRA items. The counters of
-//     limits not reached are read (one round trip) so that the result names
-//     the right binding limit.
+//     here writes nothing.
+//  3. Units are taken limit by limit, in three ranks, each in policy
+//     order: (a) fixed windows that did not start at now: windows opened
+//     at an earlier reading, and aligned windows whose slot began before
+//     now; (b) GCRA limits; (c) fixed windows that start at now: windows
+//     opened at this very reading and every anchored window still to open.
+//     An open window: incr C by n; the new value is allowed iff it is at
+//     most Max. No open window: add a new counter C(end, new token)
+//     holding n, then publish it with add (no W) or cas (over the closed W
+//     read); on losing, delete the unpublished counter, reread W and incr
+//     the winner's counter, at the same place in the order. A GCRA limit:
+//     compute the new TAT from the item read with the reference
+//     arithmetic; denied stops; allowed writes it by cas (add when absent);
+//     a lost race rereads and recomputes, at most WithCASRetries times,
+//     then fails with ErrRetriesExhausted. A counter found evicted or
+//     retracted makes its window one to open again; when that window
+//     would start at now the opening moves to rank (c).
+//  4. On a denial or a failure in 3, every unit taken is given back,
+//     newest first: decr on counters, a refund by cas on GCRA items; each
+//     window the request opened and nobody else counts in is retracted
+//     (see "Concurrency"). On a denial the counters of limits not reached
+//     are read (one round trip) so that the result names the right binding
+//     limit.
 //
 // Round trips, counted by Stats (TestRoundTrips pins them): an allowed
 // decision in open windows takes 1 + one per limit (2 for a one-limit
 // policy, 4 for three). Opening a window takes two instead of that
 // limit's incr (add the counter, publish it), plus the read of step 2 when
 // other windows are open. A denial by a one-limit fixed window takes 3
-// (get, incr, decr); a denial a GCRA limit makes on the first read takes 1.
-// Peek takes 2, or 1 when no window is open. SPEC's one round trip per
-// decision is for stores with server-side scripts; memcached has none.
+// (get, incr, decr); a denial a GCRA limit makes on the first read takes 1;
+// a denied request that retracts a window it opened takes two more (read
+// the counter, swap it). Peek takes 2, or 1 when no window is open. SPEC's
+// one round trip per decision is for stores with server-side scripts;
+// memcached has none.
 //
 // # Concurrency
 //
 // Every interleaving below was considered; the tests reproduce the
 // interesting ones against a real server (with hooks between round trips).
+// "One clock reading" means requests that decide with the same now, as
+// those of one burst through one throttler's clock do.
 //
 // Two requests find no window, or the same closed one. Each adds a counter
 // of its own (distinct tokens), both try to publish; add, or cas against
@@ -109,39 +121,98 @@
 //
 // A reader never finds W pointing at a counter that does not exist yet:
 // the counter is created before W is published. So a missing counter
-// means eviction (see below).
+// means eviction (see below), and a retracted one, a window closed again
+// by its opener (below): either way the window counts as absent.
+//
+// One order. At one clock reading and without eviction, every request
+// puts every limit in the same rank of step 3, whatever it read: a window
+// that started before now is open for everyone, and a window that starts
+// at now has that start whether a request finds it open (opened at this
+// reading) or closed (it would open it). So all requests take their units
+// in one global order; both arguments below rest on it. (Ordering by
+// "open first, openings last" alone would not: two requests that read a
+// window before and after its opening would take two limits in opposite
+// orders, and could each hold the last unit of one limit while being
+// denied by the other.)
 //
 // Cost 1 is exact: an incr returns the count including every unit added
 // before it, so no request is allowed beyond Max. A counter exceeds Max
-// only by units of requests about to be denied, which give them back. For
-// one limit, the first denial of a window sees only allowed units, so
-// exactly Max are allowed before anyone is denied; by induction every
-// later over-count is of denied requests in a full window. For several
-// limits, every request takes its units in the same order (fixed windows
-// in policy order, then GCRA limits): a request denied at limit j because
-// of units held by requests that are denied later in the order leads, step
-// by step, to the last limit, where the first denial sees only units of
-// allowed requests. So with cost 1, one clock reading and no eviction,
-// exactly as many requests are allowed as fit in the tightest limit, as the
-// conformance suite checks.
+// only by units of requests about to be denied, which give them back.
+// A request denied at limit j because of units held by requests that are
+// denied later in the order leads, step by step, to the last limit, where
+// the first denial sees only units of allowed requests: that limit is
+// full, and no more requests could have been allowed. So with cost 1, one
+// clock reading and no eviction, exactly as many requests are allowed as
+// fit in the tightest limit, as the conformance suite and
+// TestConcurrentCostOneMatchesSerialDecisions check. A retraction (below)
+// happens only on a counter holding zero, and whoever finds it reopens the
+// window in the same rank, so it changes neither count nor order.
 //
-// The argument holds for any cost that is the same for every request. Mixed
-// costs are weaker, and this is the backend's documented limitation
-// (declared to the conformance suite through its Limitations interface as
-// CostAboveOneInexactUnderConcurrency). A request of cost n that does not
-// fit holds its n units in the counter between its incr and its decr, one
-// round trip. A smaller request that would fit and incrs in between sees
-// them and is denied: a spurious denial. It is never an over-admission:
-// every allowed unit is counted before it is allowed, and once the
-// give-backs are done the counter holds exactly the allowed units.
-// TestCostAboveOneMayDenySpuriouslyNeverOverAdmits shows both.
+// A denied request opens nothing. Anchored windows are opened in rank
+// (c), after every older window and every GCRA limit has taken the
+// request's units, so a request that has opened window j can then be
+// denied only at a later window k of rank (c). At one clock reading that
+// happens in one way only ("two openings"): it found k closed too, lost
+// k's publish to a racing opener, and the winner's window was full after
+// its incr (with k of Max 1, one racing request suffices). Whatever the
+// reason, a denied or failed request gives its units back, newest first,
+// and retracts each window it opened that nobody else counts in: it reads
+// the counter with its CAS id and, if it holds zero, swaps in a marker
+// (retractedValue) by cas. Every incr changes the CAS id, so the swap
+// fails exactly when someone counted in between, and nobody can count in
+// a retracted counter: an incr that finds the marker counts nowhere and
+// reopens the window, as after an eviction. A call whose publish timed out
+// without saying whether it was stored retracts alike. Aligned windows
+// whose slot began before now are opened in rank (a) and retracted alike;
+// an empty aligned window would anyway be indistinguishable from none
+// (same end, counting from zero).
+//
+// At one clock reading and without eviction, no opening by a denied
+// request survives, for any cost. Every unit in k's new window belongs to
+// a request that went through j before k, and j's only window at this
+// reading is the one the denied request opened (whoever reached j before
+// would have published j instead), so each of them counts in it. The
+// first request that k's new window denied found in it units of requests
+// that had passed k; each of those is allowed, or denied at a later full
+// window of rank (c), and the same step repeated ends at the last window
+// of rank (c), whose passers are all allowed. So an allowed request goes
+// through j: j keeps its units and is exactly the window it would have
+// opened itself (same now, same end), or, if j was retracted before it got
+// there, it reopens j with that same end. TestDeniedRequestOpensNothing
+// runs this race.
+//
+// At different clock readings one corner remains, for any cost, cost 1
+// included; it is this backend's documented limitation. A request S at an
+// earlier reading may still count in the previous window of j (open at
+// its reading) while R, at a later one, opens the next j, then loses k to
+// S and is denied. Nobody counts in R's j, and the retraction closes it
+// (TestDeniedRequestOpensNothing shows this too). R's j survives only if
+// another request T counted in it between R's publish and R's check of the
+// counter (T may be S itself, had S read j after R's publish). If T is
+// allowed, j holds T's units but ends at R's reading + Window rather than
+// T's. If T is denied too and gives its units back only after R's check,
+// j stays open and empty until R's reading + Window: a window opened by
+// denied requests. That takes requests at different readings across the
+// end of a window, two windows to open in one request, and another
+// request within one round trip of its check;
+// TestDeniedOpeningResidualAcrossReadings reproduces it. A retraction
+// that fails (a server error, counted in RollbackFailures) leaves the
+// window open the same way. None of this ever admits more than Max in a
+// window.
+//
+// The cost-1 argument holds for any cost that is the same for every
+// request. Mixed costs are weaker, and this is the backend's documented
+// limitation (declared to the conformance suite through its Limitations
+// interface as CostAboveOneInexactUnderConcurrency). A request of cost n
+// that does not fit holds its n units in the counter between its incr and
+// its decr, one round trip. A smaller request that would fit and incrs in
+// between sees them and is denied: a spurious denial. It is never an
+// over-admission: every allowed unit is counted before it is allowed, and
+// once the give-backs are done the counter holds exactly the allowed
+// units. TestCostAboveOneMayDenySpuriouslyNeverOverAdmits shows both.
 // With several limits and mixed costs it happens at every limit: units
 // taken at earlier limits are held until a later limit's denial gives them
-// back. And when
-// a request passes the check of step 2 but a racing request fills a later
-// limit first, a window the request opened in step 3 stays open with the
-// units given back: a window opened by a denied request, only in that
-// race.
+// back.
 //
 // GCRA writes never hold units they do not keep: a cas either commits the
 // new TAT or fails. At one clock reading a GCRA item changes at most Burst
@@ -156,9 +227,15 @@
 // such a request is let through: where contention must never admit more,
 // use FailClosed or more retries.
 //
-// A denied request whose give-back fails (server error, context done)
-// leaves its units counted until the window closes: later requests may be
-// denied, never over-admitted. Stats counts these in RollbackFailures.
+// The give-back runs on a budget of its own, one client Timeout from its
+// start, not on the call's context: a call whose context ends mid-way (a
+// cancelled caller, the throttler's per-call timeout, a fail-closed
+// denial after a timeout) still gives back what it took. The call waits
+// for the give-back only while its context lasts; after that the
+// give-back finishes in the background, within its budget. Only a
+// give-back that fails (a server error, a server silent for that whole
+// budget) leaves its units counted until their window closes, which can
+// deny, never over-admit. Stats counts these in RollbackFailures.
 //
 // # Eviction
 //
@@ -175,7 +252,8 @@
 //   - C evicted while W is open: the next incr finds no counter. The
 //     request reopens the window by cas over the W it read (one request
 //     wins, the others find the new window and count in it) rather than
-//     recreate the counter. This is why counters are never recreated: a
+//     recreate the counter; an anchored window is reopened in rank (c),
+//     after the request's other limits. This is why counters are never recreated: a
 //     denied request's decr that arrives after the eviction gets "not
 //     found" instead of taking units from a fresh count, so no incarnation
 //     ever admits more than Max. Stats counts these in WindowsLost.
@@ -202,9 +280,11 @@
 // that wobbles without any error.
 //
 // A publish of a window item that times out may still have been stored, so
-// its counter is then left to expire rather than deleted: deleting it would
-// strand a window item naming a counter that no longer exists. memcached reads an expiration above 30 days as an
-// absolute Unix time, so longer lifetimes (windows up to 400 days, GCRA
+// its counter is then never deleted: someone may have read the item and
+// counted in it since. The rollback gives its units back and retracts it
+// if it then holds nothing, which is right whether or not the item was
+// stored. memcached reads an expiration above 30 days as an absolute Unix
+// time, so longer lifetimes (windows up to 400 days, GCRA
 // spans beyond) are converted with this host's wall clock, plus a day of
 // margin for clock differences between hosts; an absolute time past 2038
 // (memcached's 32-bit field) becomes "never expires", left to eviction.
@@ -224,16 +304,26 @@
 //
 // # Timeouts and contexts
 //
-// gomemcache takes no context. Each round trip (dial, write, read) is
-// bounded by the client's Timeout, which NewClient sets (100 ms, as
-// throttler.DefaultTimeout, unless told otherwise); the backend checks the
-// call's context before every round trip and stops as soon as it is done.
-// A stopped server fails at once (connection refused); a hung one costs at
-// most the client's Timeout for the round trip under way. Keep the client
-// Timeout at or below the throttler's per-call timeout. A round trip cut
-// short can leave its write applied; an incr whose decr never happens is
-// an over-count until its window closes, which can deny, never
-// over-admit.
+// gomemcache takes no context and cannot be interrupted. Each round trip
+// is bounded by the client's Timeout, which NewClient sets (100 ms, as
+// throttler.DefaultTimeout, unless told otherwise): the read and write
+// together, and a dial for a new connection, each within it. The backend
+// checks the call's context before every round trip and starts no other
+// once it is done. A stopped server fails at once (connection refused); a
+// hung one costs the round trip under way its whole Timeout.
+//
+// So a call can outlast its context, hence the throttler's per-call
+// timeout, by up to one client Timeout: the round trip under way when the
+// context ends cannot be interrupted and runs to its own end (up to two
+// Timeouts when it also had to dial a new connection that took nearly
+// one). Keep the client Timeout at or below the throttler's per-call
+// timeout, and well below it where a call's worst latency matters: the
+// worst case is about the per-call timeout plus one client Timeout. A
+// give-back the call still owes then (see "Concurrency") does not add to
+// this: it goes on in the background, within its own budget of one client
+// Timeout (plus its last round trip). A round trip cut short can leave its
+// write applied; an incr whose decr never happens is an over-count until
+// its window closes, which can deny, never over-admit.
 //
 // # Peek, Refund, Reset
 //
