@@ -98,6 +98,18 @@ func startRedis(opts RedisOptions, extra []string, bus bool) (*Redis, error) {
 	return nil, fmt.Errorf("localserver: redis-server: no usable port after %d attempts: %w", startAttempts, lastErr)
 }
 
+// serverDir returns the directory a server works in: the caller's, made
+// absolute, or a new temporary one that the server owns and removes on
+// Close.
+func serverDir(callerDir, tempPrefix string) (dir string, own bool, err error) {
+	if callerDir != "" {
+		dir, err = filepath.Abs(callerDir)
+		return dir, false, err
+	}
+	dir, err = os.MkdirTemp("", tempPrefix)
+	return dir, true, err
+}
+
 // newRedis reserves a port and a directory and prepares (but does not start)
 // the process.
 func newRedis(path string, opts RedisOptions, extra []string, bus bool) (*Redis, error) {
@@ -105,13 +117,7 @@ func newRedis(path string, opts RedisOptions, extra []string, bus bool) (*Redis,
 	if err != nil {
 		return nil, err
 	}
-	dir, ownDir := opts.Dir, false
-	if dir == "" {
-		dir, err = os.MkdirTemp("", "localserver-redis-")
-		ownDir = true
-	} else {
-		dir, err = filepath.Abs(dir)
-	}
+	dir, ownDir, err := serverDir(opts.Dir, "localserver-redis-")
 	if err != nil {
 		releasePort(port, bus)
 		return nil, fmt.Errorf("localserver: redis-server directory: %w", err)

@@ -120,13 +120,7 @@ func newSentinel(path string, primary *Redis, masterName string, opts RedisOptio
 	if err != nil {
 		return nil, err
 	}
-	dir, ownDir := opts.Dir, false
-	if dir == "" {
-		dir, err = os.MkdirTemp("", "localserver-sentinel-")
-		ownDir = true
-	} else {
-		dir, err = filepath.Abs(dir)
-	}
+	dir, ownDir, err := serverDir(opts.Dir, "localserver-sentinel-")
 	if err != nil {
 		releasePort(port, false)
 		return nil, fmt.Errorf("localserver: redis sentinel directory: %w", err)
