@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/throttlekit/throttlekit/internal/hrw"
 )
 
 // ErrInvalidServer reports a server list a selector cannot use: an address
@@ -66,7 +68,7 @@ func (s *RendezvousSelector) SetServers(servers ...string) error {
 		if err != nil {
 			return fmt.Errorf("%w: %q: %w", ErrInvalidServer, name, err)
 		}
-		list = append(list, rendezvousServer{addr: addr, seed: hashString(name)})
+		list = append(list, rendezvousServer{addr: addr, seed: hrw.Hash(name)})
 	}
 	s.mu.Lock()
 	s.servers = list
@@ -110,12 +112,12 @@ func (s *RendezvousSelector) PickServer(key string) (net.Addr, error) {
 	case 1:
 		return s.servers[0].addr, nil
 	}
-	h := hashString(routeOf(key))
+	h := hrw.Hash(routeOf(key))
 	best, bestScore := 0, uint64(0)
 	for i, srv := range s.servers {
 		// A tie (probability 2^-64) goes to the higher seed, so processes
 		// that list the servers in different orders still agree.
-		score := mix64(h ^ srv.seed)
+		score := hrw.Score(h, srv.seed)
 		if i == 0 || score > bestScore || score == bestScore && srv.seed > s.servers[best].seed {
 			best, bestScore = i, score
 		}
@@ -138,31 +140,4 @@ func (s *RendezvousSelector) Each(f func(net.Addr) error) error {
 		}
 	}
 	return nil
-}
-
-// hashString is 64-bit FNV-1a followed by a finalizer, so that short,
-// similar strings (server names differing in one digit) get unrelated
-// hashes.
-func hashString(s string) uint64 {
-	const (
-		offset = 14695981039346656037
-		prime  = 1099511628211
-	)
-	h := uint64(offset)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= prime
-	}
-	return mix64(h)
-}
-
-// mix64 is MurmurHash3's 64-bit finalizer: every input bit affects every
-// output bit, which makes h ^ seed scores of different servers independent.
-func mix64(h uint64) uint64 {
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	h ^= h >> 33
-	return h
 }

@@ -17,9 +17,11 @@
 // the policy: every key of one identifier, under every policy, lives on one
 // shard.
 //
-// Score is FNV-1a 64 over the shard name, a zero byte and the identifier,
-// followed by MurmurHash3's 64-bit finalizer. It is written out in this
-// package and is the same in every process, on every platform, in every
+// Score hashes the identifier and the shard name each with FNV-1a 64
+// followed by MurmurHash3's 64-bit finalizer, and scores their XOR with the
+// finalizer again (see Score for the formula); the memcached backend's
+// server selector routes by the same function. It is written out in this
+// module and is the same in every process, on every platform, in every
 // version: it is part of the on-wire contract, like the key layout of the
 // Redis backend. Every process that shares shards must use the same names
 // and this same function, or they count one identifier in two places.

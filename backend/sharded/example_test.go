@@ -48,20 +48,20 @@ func Example() {
 	fmt.Println("owner over c, a, b:", sharded.Owner([]string{"c", "a", "b"}, "user:1"))
 	fmt.Println("identifiers held:", stores["a"].Len(), stores["b"].Len(), stores["c"].Len())
 	// Output:
-	// user:1 on shard b: allowed=true remaining=1
-	// user:1 on shard b: allowed=true remaining=0
-	// user:1 on shard b: allowed=false remaining=0
-	// user:2 on shard c: allowed=true remaining=1
-	// user:2 on shard c: allowed=true remaining=0
-	// user:2 on shard c: allowed=false remaining=0
+	// user:1 on shard a: allowed=true remaining=1
+	// user:1 on shard a: allowed=true remaining=0
+	// user:1 on shard a: allowed=false remaining=0
+	// user:2 on shard b: allowed=true remaining=1
+	// user:2 on shard b: allowed=true remaining=0
+	// user:2 on shard b: allowed=false remaining=0
 	// user:3 on shard a: allowed=true remaining=1
 	// user:3 on shard a: allowed=true remaining=0
 	// user:3 on shard a: allowed=false remaining=0
 	// user:4 on shard c: allowed=true remaining=1
 	// user:4 on shard c: allowed=true remaining=0
 	// user:4 on shard c: allowed=false remaining=0
-	// owner over c, a, b: b
-	// identifiers held: 1 1 2
+	// owner over c, a, b: a
+	// identifiers held: 2 1 1
 }
 
 // A Redis layout usually comes from one string in the environment, such as

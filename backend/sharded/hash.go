@@ -1,75 +1,34 @@
 package sharded
 
+import "github.com/throttlekit/throttlekit/internal/hrw"
+
 // The routing hash is part of the on-wire contract: every process that
 // shares a set of shards must compute the same owner for an identifier, or
 // two processes would count one identifier on two shards. It is therefore
-// written out here rather than taken from hash/maphash (seeded at random per
+// written out in this module (internal/hrw, shared with the memcached
+// server selector) rather than taken from hash/maphash (seeded at random per
 // process) or any package whose output might change with a version bump.
-// Changing a single constant below reshards every identifier.
-
-const (
-	// FNV-1a, 64 bits (FNV's published offset basis and prime).
-	fnvOffset64 = 14695981039346656037
-	fnvPrime64  = 1099511628211
-
-	// nameSeparator ends the shard name in the hashed bytes. Shard names
-	// never contain it (see validName), so the pair (name, identifier)
-	// maps to one byte string: "a"+"bc" and "ab"+"c" hash apart.
-	nameSeparator = 0x00
-)
+// Changing it reshards every identifier.
 
 // Score returns the rendezvous (highest-random-weight) score of the shard
 // named shard for identifier. An identifier belongs to the shard with the
 // highest score; two shards with equal scores (a 64-bit collision) are
 // ordered by name, the smaller name winning.
 //
-// The score is MurmurHash3's 64-bit finalizer (fmix64) applied to the
-// FNV-1a 64 hash of the shard name's bytes, one zero byte, and the
-// identifier's bytes:
+// With H(s) = fmix64(FNV-1a-64(s)), MurmurHash3's 64-bit finalizer over
+// the 64-bit FNV-1a hash of the bytes of s:
 //
-//	h = 14695981039346656037
-//	for each byte c of name, then 0x00, then identifier:
-//	    h = (h XOR c) * 1099511628211           (mod 2^64)
-//	h ^= h >> 33; h *= 0xff51afd7ed558ccd
-//	h ^= h >> 33; h *= 0xc4ceb93fe53e1a49
-//	h ^= h >> 33
+//	Score(shard, identifier) = fmix64(H(identifier) XOR H(shard))
 //
 // FNV-1a alone mixes its last bytes poorly into the high bits, and
 // identifiers often differ only in their last bytes (user:41, user:42); the
 // finalizer spreads every input bit over the whole word, so the shares of
-// the shards come out even. The function is identical in every process and
-// on every platform, and it is part of the contract of this package:
-// changing it moves identifiers between shards.
+// the shards come out even. An identifier is hashed once, whatever the
+// number of shards. The function is identical in every process and on every
+// platform, and it is part of the contract of this package: changing it
+// moves identifiers between shards.
 func Score(shard, identifier string) uint64 {
-	return finish(continueFNV(seed(shard), identifier))
-}
-
-// seed returns the FNV-1a state after the shard name and the separator,
-// which a shard computes once so that routing hashes only the identifier.
-func seed(shard string) uint64 {
-	h := continueFNV(fnvOffset64, shard)
-	h ^= nameSeparator
-	h *= fnvPrime64
-	return h
-}
-
-// continueFNV feeds s to the FNV-1a state h.
-func continueFNV(h uint64, s string) uint64 {
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= fnvPrime64
-	}
-	return h
-}
-
-// finish is MurmurHash3's fmix64.
-func finish(h uint64) uint64 {
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb93fe53e1a49
-	h ^= h >> 33
-	return h
+	return hrw.Score(hrw.Hash(identifier), hrw.Hash(shard))
 }
 
 // Owner returns the name of the shard, among names, that owns identifier

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttlekit/backend/redis"
+	"github.com/throttlekit/throttlekit/internal/hrw"
 	"github.com/throttlekit/throttlekit/throttler"
 )
 
@@ -159,7 +160,7 @@ func newBackend(shards []Shard, o options) (*Backend, error) {
 		}
 		b.shards[i] = &shard{
 			name:     s.Name,
-			seed:     seed(s.Name),
+			seed:     hrw.Hash(s.Name),
 			primary:  s.Primary,
 			replicas: append([]throttler.Peeker(nil), s.Replicas...),
 		}
@@ -210,16 +211,17 @@ func (b *Backend) ShardFor(identifier string) string {
 // errNoShards is the error of a Backend not built by a constructor.
 var errNoShards = fmt.Errorf("%w: no shards (build the Backend with New, NewRedis or OpenRedis)", ErrBadConfig)
 
-// route returns the shard that owns identifier, or nil for a zero or nil
-// Backend. Each shard's hash state after its name is precomputed, so
-// routing hashes the identifier once per shard.
+// route returns the shard that owns identifier (see Score), or nil for a
+// zero or nil Backend. Each shard's name hash is precomputed, so routing
+// hashes the identifier once.
 func (b *Backend) route(identifier string) *shard {
 	if b == nil || len(b.shards) == 0 {
 		return nil
 	}
-	best, bestScore := b.shards[0], finish(continueFNV(b.shards[0].seed, identifier))
+	h := hrw.Hash(identifier)
+	best, bestScore := b.shards[0], hrw.Score(h, b.shards[0].seed)
 	for _, s := range b.shards[1:] {
-		score := finish(continueFNV(s.seed, identifier))
+		score := hrw.Score(h, s.seed)
 		if score > bestScore || score == bestScore && s.name < best.name {
 			best, bestScore = s, score
 		}
