@@ -26,8 +26,9 @@ type Limits struct {
 	// CostAboveOneInexactUnderConcurrency says that requests of cost above
 	// one that race near the limit may be denied although they would fit
 	// (memcached's add-then-check counters do this). Concurrent checks with
-	// cost > 1 then assert only that no more than Max units are consumed
-	// per window, instead of exactly as many as fit.
+	// cost > 1 then stop requiring that exactly as many requests as fit are
+	// allowed; they still require that the units consumed equal the units
+	// allowed, never above Max.
 	CostAboveOneInexactUnderConcurrency bool
 }
 

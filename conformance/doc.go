@@ -100,9 +100,10 @@
 // A Harness may implement Limitations to declare a weaker guarantee its
 // backend documents. Limits.CostAboveOneInexactUnderConcurrency (memcached
 // may deny a request of cost above one that races near the limit) makes
-// ConcurrentCostAboveOne check only that no more than Max units are
-// consumed. Nothing else is relaxed: sequential timelines are exact for
-// every backend.
+// ConcurrentCostAboveOne stop requiring that exactly as many requests as
+// fit are allowed. It still requires that the units consumed equal the
+// units allowed, so a denied request leaves nothing behind. Nothing else is
+// relaxed: sequential timelines are exact for every backend.
 //
 // # SPEC rules and the subtests that check them
 //
@@ -175,8 +176,9 @@
 // Not checked here, because one backend in one harness cannot show them:
 // one round trip per decision (Policies 3), per-call timeouts and failure
 // modes under a failing server (Errors 3 and 4), hash slots in Redis
-// Cluster (Keys 3), the 250-byte memcached key bound (Keys 4), real-time
-// TTLs (Time 2), and rollout between two backends. The backends' and the
+// Cluster (Keys 3), the 250-byte memcached key bound (Keys 4), stored TTLs
+// running out in real time (the rest of Time 2: the suite checks only that
+// live state outlives a lagging clock), and rollout between two backends. The backends' and the
 // throttler's own tests cover those.
 //
 // # Benchmarks

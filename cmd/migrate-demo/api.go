@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/throttlekit/throttlekit/middleware"
@@ -17,6 +18,12 @@ import (
 const (
 	headerSide  = "X-Demo-Side"  // "old" or "new"
 	headerStore = "X-Demo-Store" // "memcached", "redis/a", "memory/b"...
+	// The binding limit's Remaining and Used as the throttler computed them
+	// from the store, sent on denials. The standard headers force both on a
+	// denial (Remaining 0, Used = Limit), so only these let a client see a
+	// store that denied while it still held quota.
+	headerResultRemaining = "X-Demo-Result-Remaining"
+	headerResultUsed      = "X-Demo-Result-Used"
 )
 
 // tokenHeader carries the API token that identifies a client, as in
@@ -35,8 +42,10 @@ func newAPI(th *throttler.Throttler, policy *throttler.Policy) (http.Handler, er
 		Policy:   policy,
 		Identify: middleware.Hashed(middleware.Header(tokenHeader)),
 		Resource: resourceName,
-	}}, middleware.WithDenyHandler(func(w http.ResponseWriter, r *http.Request, _ throttler.Result, p middleware.Problem) {
+	}}, middleware.WithDenyHandler(func(w http.ResponseWriter, r *http.Request, res throttler.Result, p middleware.Problem) {
 		setServedHeaders(w, r)
+		w.Header().Set(headerResultRemaining, strconv.FormatInt(res.Remaining, 10))
+		w.Header().Set(headerResultUsed, strconv.FormatInt(res.Used, 10))
 		middleware.WriteProblem(w, p)
 	}))
 	if err != nil {

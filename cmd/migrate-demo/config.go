@@ -202,8 +202,16 @@ func (c Config) validate() error {
 			return bad("ramp percentage %d is outside 0..100", p)
 		}
 	}
-	if _, err := throttler.ParsePolicy("core", c.Policy); err != nil {
+	p, err := throttler.ParsePolicy("core", c.Policy)
+	if err != nil {
 		return bad("-policy: %v", err)
+	}
+	for _, l := range p.Limits() {
+		// The clients' checks read a stable X-RateLimit-Reset within a
+		// window; a GCRA limit's reset moves with every request by design.
+		if l.Algorithm == throttler.GCRA {
+			return bad("-policy: %q is GCRA; the demo checks fixed windows, whose reset time must not move", l.Name)
+		}
 	}
 	return nil
 }

@@ -98,8 +98,12 @@
 //	wobble     responses from the same side as the previous one whose
 //	           X-RateLimit-Reset differs while the previous window was certainly
 //	           open, or went back (a move is counted under restarts instead)
-//	429+quota  denials whose headers claim quota: X-RateLimit-Remaining > 0 or
-//	           RateLimit r > 0
+//	429+quota  denials that claim quota: X-RateLimit-Remaining > 0 or RateLimit
+//	           r > 0, or the throttler's own Remaining > 0. The middleware
+//	           forces the two headers to 0 on every denial, so the API also
+//	           sends the throttler's figures on a 429 (X-Demo-Result-Remaining,
+//	           X-Demo-Result-Used), and a store that denies while it still
+//	           holds quota shows here; Used on a 429 is the throttler's too
 //	degraded   responses with X-RateLimit-Degraded: 1 (a store failed and the
 //	           policy's failure mode decided)
 //	errors     requests without a usable response: transport errors, statuses
@@ -120,8 +124,11 @@
 // every phase: no wobble, no denial claiming quota, no restart on a move,
 // the measured share on the new side within -tolerance points of the
 // target, some requests allowed and some denied, no degraded response and
-// no failed request; when moves happened, at least one was checked; and
-// every phase ran. The exit status is 0 for a pass, 1 for a fail (or an
+// no failed request, and in mirror mode no shortfall and no error on the
+// other store (each would restart a window on its next move, checked by a
+// client or not); when moves happened, at least one was checked; and every
+// phase ran. -policy takes fixed windows only: a GCRA limit's reset time
+// moves with every request, which the wobble check would report. The exit status is 0 for a pass, 1 for a fail (or an
 // interrupted run), 2 when the demo could not run, 64 for bad flags.
 //
 // The shares are measured over a fixed set of tokens, so they are the same

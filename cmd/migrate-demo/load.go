@@ -35,6 +35,9 @@ type observation struct {
 	used      int64 // X-RateLimit-Used
 	remaining int64 // X-RateLimit-Remaining
 	r         int64 // RateLimit's r parameter
+	// resultRemaining is the throttler's own Remaining, sent on denials
+	// (headerResultRemaining); used is then the throttler's Used too.
+	resultRemaining int64
 }
 
 var errBadResponse = errors.New("unexpected response")
@@ -73,6 +76,20 @@ func readObservation(status int, h http.Header, received time.Time) (observation
 			return o, fmt.Errorf("%w: %s %q", errBadResponse, f.name, h.Get(f.name))
 		}
 		*f.dst = v
+	}
+	if status == http.StatusTooManyRequests {
+		// The standard headers force Remaining 0 and Used = Limit on a
+		// denial; the throttler's own figures say what the store held.
+		for _, f := range []struct {
+			name string
+			dst  *int64
+		}{{headerResultRemaining, &o.resultRemaining}, {headerResultUsed, &o.used}} {
+			v, err := strconv.ParseInt(h.Get(f.name), 10, 64)
+			if err != nil {
+				return o, fmt.Errorf("%w: %s %q", errBadResponse, f.name, h.Get(f.name))
+			}
+			*f.dst = v
+		}
 	}
 	return o, nil
 }
@@ -141,7 +158,9 @@ func judge(prev *observation, cur observation) judgement {
 	if cur.degraded {
 		return j
 	}
-	j.quotaClaim = cur.status == http.StatusTooManyRequests && (cur.remaining > 0 || cur.r > 0)
+	// A cost-1 denial leaves nothing (SPEC: denied implies Remaining 0),
+	// in the headers and in the store's figures behind them.
+	j.quotaClaim = cur.status == http.StatusTooManyRequests && (cur.remaining > 0 || cur.r > 0 || cur.resultRemaining > 0)
 	if prev == nil {
 		return j
 	}

@@ -180,7 +180,7 @@ func TestParseConfig(t *testing.T) {
 
 	for _, args := range [][]string{
 		{"-ramp", "0,101"}, {"-ramp", ""}, {"-mode", "sideways"}, {"-identifiers", "0"}, {"-abusive", "1.5"},
-		{"-policy", "lots"}, {"-duration", "-1s"}, {"-embedded", "-memcached", "x:1"}, {"extra"},
+		{"-policy", "lots"}, {"-policy", "6/2s gcra, 600/h"}, {"-duration", "-1s"}, {"-embedded", "-memcached", "x:1"}, {"extra"},
 	} {
 		_, err := parseConfig(args, noEnv, &usage)
 		assert.ErrorIs(t, err, errUsage, "%q", args)
@@ -242,10 +242,26 @@ func TestReadObservation(t *testing.T) {
 	h.Set("X-RateLimit-Used", "30")
 	h.Set("X-RateLimit-Remaining", "0")
 	h.Set("RateLimit", `"core:30/10s";r=0;t=7`)
+	h.Set(headerResultRemaining, "0")
+	h.Set(headerResultUsed, "29") // a cost-2 denial with one unit left, say
 	o, err := readObservation(http.StatusTooManyRequests, h, now)
 	require.NoError(t, err)
 	assert.Equal(t, observation{status: 429, received: now, side: rollout.SideNew, store: "redis/b",
-		member: "core:30/10s", reset: 1007, used: 30}, o)
+		member: "core:30/10s", reset: 1007, used: 29}, o, "a denial's Used is the throttler's own")
+
+	// A denial whose store still held quota is seen through the result
+	// headers, although the standard headers are forced to 0.
+	h.Set(headerResultRemaining, "5")
+	o, err = readObservation(http.StatusTooManyRequests, h, now)
+	require.NoError(t, err)
+	assert.True(t, judge(nil, o).quotaClaim)
+	for _, missing := range []string{headerResultRemaining, headerResultUsed} {
+		bad := h.Clone()
+		bad.Del(missing)
+		_, err := readObservation(http.StatusTooManyRequests, bad, now)
+		assert.ErrorIs(t, err, errBadResponse, "a denial without %s", missing)
+	}
+	h.Set(headerResultRemaining, "0")
 
 	d := http.Header{}
 	d.Set(headerSide, "old")
@@ -329,6 +345,14 @@ func TestJudgeRun(t *testing.T) {
 		"restart check exercised (1 moves, none within an open window)",
 		"complete run (interrupted after 1 of 1 phases)",
 	}, v.Failures)
+
+	// In mirror mode a shortfall or a failed write on the other store fails
+	// the run, whether or not a client checked the window it broke.
+	require.Equal(t, rollout.MirrorMode, cfg.Mode)
+	torn := good(1, 50, 53)
+	torn.stats.MirrorShortfalls, torn.stats.SecondaryErrors = 2, 1
+	v = judgeRun([]phaseResult{good(0, 0, 0), torn}, cfg, 100, 10, 2, "")
+	assert.Equal(t, []string{"mirror kept both stores counting (phase 2: 2 shortfalls, 1 secondary errors)"}, v.Failures)
 }
 
 func TestTable(t *testing.T) {

@@ -202,6 +202,13 @@ func judgeRun(results []phaseResult, cfg Config, clients, abusive, planned int, 
 		if p.totals.errors > 0 {
 			fail("no failed requests", fmt.Sprintf("%s: %d", ph, p.totals.errors))
 		}
+		// Mirror mode keeps both stores counting; a shortfall or a failed
+		// write on the other store is a window that would restart on the
+		// next move, whether or not a client happened to check it.
+		if cfg.Mode == rollout.MirrorMode && (p.stats.MirrorShortfalls > 0 || p.stats.SecondaryErrors > 0) {
+			fail("mirror kept both stores counting", fmt.Sprintf("%s: %d shortfalls, %d secondary errors",
+				ph, p.stats.MirrorShortfalls, p.stats.SecondaryErrors))
+		}
 	}
 	if total.moved > 0 && total.checked == 0 {
 		fail("restart check exercised", fmt.Sprintf("%d moves, none within an open window", total.moved))
@@ -223,10 +230,18 @@ func judgeRun(results []phaseResult, cfg Config, clients, abusive, planned int, 
 	}
 	line := fmt.Sprintf("VERDICT: PASS (%d phases, %s responses from %d clients, %d abusive: "+
 		"0 Reset wobble, 0 denials claiming quota, 0 restarts on %s moves (%s checked in an open window), "+
-		"share on new within %g points of %s, allowed and denied in every phase, 0 degraded, 0 failed)",
+		"share on new within %g points of %s, allowed and denied in every phase, 0 degraded, 0 failed%s)",
 		len(results), fmtInt(total.requests), clients, abusive, fmtInt(total.moved), fmtInt(total.checked),
-		cfg.Tolerance, strings.Join(targets, " → "))
+		cfg.Tolerance, strings.Join(targets, " → "), mirrorClause(cfg.Mode))
 	return Verdict{Pass: true, Line: line}
+}
+
+// mirrorClause is the verdict's words on mirroring, in mirror mode.
+func mirrorClause(m rollout.Mode) string {
+	if m == rollout.MirrorMode {
+		return ", 0 mirror shortfalls or secondary errors"
+	}
+	return ""
 }
 
 // progressLine is the one-line state of the phase under way.
