@@ -48,23 +48,13 @@ func StartMemcached(opts MemcachedOptions) (*Memcached, error) {
 	if err != nil {
 		return nil, err
 	}
-	var lastErr error
-	for range startAttempts {
+	return startOnFreePort("memcached", func() (*Memcached, *process, error) {
 		m, err := newMemcached(path, opts)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		err = m.proc.start()
-		if err == nil {
-			return m, nil
-		}
-		_ = m.Close()
-		if !errors.Is(err, errPortInUse) {
-			return nil, err
-		}
-		lastErr = err
-	}
-	return nil, fmt.Errorf("localserver: memcached: no usable port after %d attempts: %w", startAttempts, lastErr)
+		return m, m.proc, nil
+	})
 }
 
 // newMemcached reserves a port and a directory (for the process's output)

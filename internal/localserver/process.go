@@ -286,3 +286,28 @@ func tailFile(name string, n int64) string {
 	}
 	return string(b)
 }
+
+// startOnFreePort prepares a server (reserving a port and a directory) and
+// starts its process, preparing it again on a new port whenever the chosen
+// one turns out to be taken, at most startAttempts times. A prepared server
+// that does not start is closed. name labels the final error.
+func startOnFreePort[S interface{ Close() error }](name string, prepare func() (S, *process, error)) (S, error) {
+	var zero S
+	var lastErr error
+	for range startAttempts {
+		s, proc, err := prepare()
+		if err != nil {
+			return zero, err
+		}
+		err = proc.start()
+		if err == nil {
+			return s, nil
+		}
+		_ = s.Close()
+		if !errors.Is(err, errPortInUse) {
+			return zero, err
+		}
+		lastErr = err
+	}
+	return zero, fmt.Errorf("localserver: %s: no usable port after %d attempts: %w", name, startAttempts, lastErr)
+}

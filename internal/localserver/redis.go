@@ -79,23 +79,13 @@ func startRedis(opts RedisOptions, extra []string, bus bool) (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
-	var lastErr error
-	for range startAttempts {
+	return startOnFreePort("redis-server", func() (*Redis, *process, error) {
 		r, err := newRedis(path, opts, extra, bus)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		err = r.proc.start()
-		if err == nil {
-			return r, nil
-		}
-		_ = r.Close()
-		if !errors.Is(err, errPortInUse) {
-			return nil, err
-		}
-		lastErr = err
-	}
-	return nil, fmt.Errorf("localserver: redis-server: no usable port after %d attempts: %w", startAttempts, lastErr)
+		return r, r.proc, nil
+	})
 }
 
 // serverDir returns the directory a server works in: the caller's, made

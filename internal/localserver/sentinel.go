@@ -72,30 +72,24 @@ func StartRedisSentinel(primary *Redis, masterName string, opts RedisOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	var lastErr error
-	for range startAttempts {
+	s, err := startOnFreePort("redis sentinel", func() (*RedisSentinel, *process, error) {
 		s, err := newSentinel(path, primary, masterName, opts)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		err = s.proc.start()
-		if err == nil {
-			timeout := opts.StartTimeout
-			if timeout <= 0 {
-				timeout = defaultStartTimeout
-			}
-			if err := s.waitMonitoring(primary, timeout); err != nil {
-				return nil, errors.Join(err, s.Close())
-			}
-			return s, nil
-		}
-		_ = s.Close()
-		if !errors.Is(err, errPortInUse) {
-			return nil, err
-		}
-		lastErr = err
+		return s, s.proc, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("localserver: redis sentinel: no usable port after %d attempts: %w", startAttempts, lastErr)
+	timeout := opts.StartTimeout
+	if timeout <= 0 {
+		timeout = defaultStartTimeout
+	}
+	if err := s.waitMonitoring(primary, timeout); err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
+	return s, nil
 }
 
 // checkMasterName rejects names that would need quoting in sentinel.conf or
