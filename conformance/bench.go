@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // manyIdentifiers is how many identifiers the spread-out benchmarks cycle
@@ -31,7 +32,7 @@ const manyIdentifiers = 10_000
 // benchmarks measure the path that writes. Each reports decisions/s. A
 // decision that fails or degrades fails the benchmark.
 func RunBenchmarks(b *testing.B, newHarness HarnessMaker) {
-	huge := throttler.MaxQuota
+	huge := driver.MaxQuota
 	hot := benchPolicy(b, "bench-hot", throttler.PerHour(huge).Named("hour"))
 	three := benchPolicy(b, "bench-three",
 		throttler.PerSecond(huge).Named("second"),
@@ -84,10 +85,13 @@ func benchDecisions(b *testing.B, newHarness HarnessMaker, goroutines int, p *th
 		b.Fatalf("MakeBackend: %v", err)
 	}
 	failures := &failureLog{}
-	thr := throttler.New(backend,
-		throttler.WithClock(throttler.SystemClock{}),
+	thr, err := throttler.New(backend,
+		throttler.WithLogger(nil),
 		throttler.WithObserver(failures),
-		throttler.WithTimeout(callTimeout))
+		throttler.WithCallTimeout(callTimeout))
+	if err != nil {
+		b.Fatalf("throttler.New: %v", err)
+	}
 	var (
 		failed   atomic.Int64
 		firstErr atomic.Value

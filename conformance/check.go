@@ -211,13 +211,13 @@ func checkInvariants(t *testing.T, label string, p *throttler.Policy, id string,
 	if r.Identifier != id {
 		add("Identifier = %s, want %s", printable(r.Identifier), printable(id))
 	}
-	if len(r.Limits) != p.Len() {
-		t.Fatalf("%s: %d per-limit results for %d limits", label, len(r.Limits), p.Len())
+	if len(r.Limits) != len(p.Limits()) {
+		t.Fatalf("%s: %d per-limit results for %d limits", label, len(r.Limits), len(p.Limits()))
 	}
 	neverFits := false
 	binding := -1
 	for i, lr := range r.Limits {
-		l := p.Limit(i)
+		l := p.Limits()[i]
 		where := fmt.Sprintf("limit %q", lr.Name)
 		if lr.Name != l.Name || lr.Algorithm != l.Algorithm || lr.Window != l.Window {
 			add("limit %d is %q %v %v, want %q %v %v", i, lr.Name, lr.Algorithm, lr.Window, l.Name, l.Algorithm, l.Window)

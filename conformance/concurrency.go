@@ -172,7 +172,7 @@ func testConcurrentCostAboveOne(t *testing.T, e *env) {
 	} {
 		label := c.p.Name() + " " + c.id
 		b := hammer(t, e, []*instance{e.main}, c.p, c.id, c.costOf)
-		capacity := capacity(c.p.Limit(0))
+		capacity := capacity(c.p.Limits()[0])
 		if b.units > capacity {
 			t.Errorf("%s: allowed %d units (%v by cost), more than the limit's %d", label, b.units, b.costsAllowed, capacity)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // Limitations may be implemented by a Harness whose backend documents a
@@ -17,12 +18,12 @@ import (
 // for every backend.
 type Limitations interface {
 	// Limitations returns the backend's documented weaker guarantees.
-	Limitations() Limits
+	Limitations() Caveats
 }
 
-// Limits lists the weaker guarantees a backend may document. The zero value
+// Caveats lists the weaker guarantees a backend may document. The zero value
 // claims none, which is what a Harness without Limitations gets.
-type Limits struct {
+type Caveats struct {
 	// CostAboveOneInexactUnderConcurrency says that requests of cost above
 	// one that race near the limit may be denied although they would fit
 	// (memcached's add-then-check counters do this). Concurrent checks with
@@ -48,7 +49,7 @@ var (
 )
 
 // callTimeout bounds each backend call made by the suite's throttlers. It
-// is far above throttler.DefaultTimeout so that a slow -race run against a
+// is far above throttler.DefaultCallTimeout so that a slow -race run against a
 // real server never turns into degraded (fail-open) results, which every
 // subtest rejects.
 const callTimeout = 10 * time.Second
@@ -106,7 +107,7 @@ type env struct {
 	t        *testing.T
 	ctx      context.Context
 	harness  Harness
-	limits   Limits
+	limits   Caveats
 	failures *failureLog
 	// main is the primary instance; most subtests use nothing else.
 	main *instance
@@ -116,7 +117,7 @@ type env struct {
 // manual clock: what one process of a fleet sees.
 type instance struct {
 	env     *env
-	backend throttler.Backend
+	backend driver.Backend
 	clock   *throttler.ManualClock
 	thr     *throttler.Throttler
 	// skew is how far this instance's clock runs ahead of the primary's.
@@ -131,7 +132,7 @@ type failureLog struct {
 	events []string
 }
 
-func (l *failureLog) Observe(e throttler.Event) {
+func (l *failureLog) Observe(_ context.Context, e throttler.Event) {
 	if e.Err == nil {
 		return
 	}
@@ -202,10 +203,14 @@ func (e *env) newInstance(skew time.Duration) *instance {
 	if e.main != nil {
 		clock.Set(e.main.clock.Now().Add(skew))
 	}
-	thr := throttler.New(b,
+	thr, err := throttler.New(b,
 		throttler.WithClock(clock),
+		throttler.WithLogger(nil),
 		throttler.WithObserver(e.failures),
-		throttler.WithTimeout(callTimeout))
+		throttler.WithCallTimeout(callTimeout))
+	if err != nil {
+		e.t.Fatalf("throttler.New: %v", err)
+	}
 	return &instance{env: e, backend: b, clock: clock, thr: thr, skew: skew}
 }
 
@@ -234,15 +239,15 @@ func mustPolicy(t *testing.T, name string, limits ...throttler.Limit) *throttler
 // capability, as SPEC makes them optional.
 func (e *env) requireRefunder() {
 	e.t.Helper()
-	if _, ok := e.main.backend.(throttler.Refunder); !ok {
-		e.t.Skip("backend does not implement throttler.Refunder")
+	if _, ok := e.main.backend.(driver.Refunder); !ok {
+		e.t.Skip("backend does not implement driver.Refunder")
 	}
 }
 
 func (e *env) requireResetter() {
 	e.t.Helper()
-	if _, ok := e.main.backend.(throttler.Resetter); !ok {
-		e.t.Skip("backend does not implement throttler.Resetter")
+	if _, ok := e.main.backend.(driver.Resetter); !ok {
+		e.t.Skip("backend does not implement driver.Resetter")
 	}
 }
 

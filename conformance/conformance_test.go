@@ -15,6 +15,7 @@ import (
 
 	"github.com/throttlekit/throttlekit/conformance"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // The suite is checked both ways: a correct reference backend passes it,
@@ -203,7 +204,7 @@ func contains(list []string, s string) bool {
 // optional interfaces.
 func referenceMaker(f fault, minimal bool) conformance.HarnessMaker {
 	return func(ctx context.Context, tb testing.TB) (conformance.Harness, error) {
-		return &referenceHarness{store: &store{states: map[stateKey]throttler.State{}}, fault: f, minimal: minimal}, nil
+		return &referenceHarness{store: &store{states: map[stateKey]driver.State{}}, fault: f, minimal: minimal}, nil
 	}
 }
 
@@ -213,7 +214,7 @@ type referenceHarness struct {
 	minimal bool
 }
 
-func (h *referenceHarness) MakeBackend(ctx context.Context) (throttler.Backend, error) {
+func (h *referenceHarness) MakeBackend(ctx context.Context) (driver.Backend, error) {
 	b := &referenceBackend{store: h.store, fault: h.fault}
 	if h.minimal {
 		return decideOnly{b}, nil
@@ -225,14 +226,14 @@ func (h *referenceHarness) Close() {}
 
 // Limitations declares, for the minimal backend, the weaker guarantee
 // memcached documents, so that the suite's relaxed path runs too.
-func (h *referenceHarness) Limitations() conformance.Limits {
-	return conformance.Limits{CostAboveOneInexactUnderConcurrency: h.minimal}
+func (h *referenceHarness) Limitations() conformance.Caveats {
+	return conformance.Caveats{CostAboveOneInexactUnderConcurrency: h.minimal}
 }
 
 // decideOnly hides every optional interface of the backend it wraps.
-type decideOnly struct{ b throttler.Backend }
+type decideOnly struct{ b driver.Backend }
 
-func (d decideOnly) Decide(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+func (d decideOnly) Decide(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	return d.b.Decide(ctx, req)
 }
 
@@ -240,26 +241,26 @@ func (d decideOnly) Decide(ctx context.Context, req throttler.Request) (throttle
 // mutex, keyed like a real store by policy, limit identity and identifier.
 type store struct {
 	mu     sync.Mutex
-	states map[stateKey]throttler.State
+	states map[stateKey]driver.State
 }
 
 type stateKey struct{ policy, limit, id string }
 
-func (s *store) load(req throttler.Request) []throttler.State {
-	states := make([]throttler.State, req.Policy.Len())
+func (s *store) load(req driver.Request) []driver.State {
+	states := make([]driver.State, len(req.Policy.Limits))
 	for i := range states {
-		states[i] = s.states[stateKey{req.Policy.PolicyKey(), req.Policy.LimitKey(i), req.Identifier}]
+		states[i] = s.states[stateKey{req.Policy.Key, req.Policy.Limits[i].Key, req.Identifier}]
 	}
 	return states
 }
 
-func (s *store) save(req throttler.Request, states []throttler.State) {
+func (s *store) save(req driver.Request, states []driver.State) {
 	for i, st := range states {
-		s.states[stateKey{req.Policy.PolicyKey(), req.Policy.LimitKey(i), req.Identifier}] = st
+		s.states[stateKey{req.Policy.Key, req.Policy.Limits[i].Key, req.Identifier}] = st
 	}
 }
 
-// referenceBackend decides with throttler.Decide and throttler.Refund under
+// referenceBackend decides with driver.Decide and driver.Refund under
 // the store's lock, unless its fault says otherwise.
 type referenceBackend struct {
 	store *store
@@ -267,14 +268,14 @@ type referenceBackend struct {
 }
 
 var (
-	_ throttler.Backend  = (*referenceBackend)(nil)
-	_ throttler.Peeker   = (*referenceBackend)(nil)
-	_ throttler.Refunder = (*referenceBackend)(nil)
-	_ throttler.Resetter = (*referenceBackend)(nil)
-	_ throttler.Pinger   = (*referenceBackend)(nil)
+	_ driver.Backend  = (*referenceBackend)(nil)
+	_ driver.Peeker   = (*referenceBackend)(nil)
+	_ driver.Refunder = (*referenceBackend)(nil)
+	_ driver.Resetter = (*referenceBackend)(nil)
+	_ driver.Pinger   = (*referenceBackend)(nil)
 )
 
-func (b *referenceBackend) Decide(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+func (b *referenceBackend) Decide(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	switch b.fault {
 	case hangsUntilCanceled:
 		<-ctx.Done()
@@ -282,7 +283,7 @@ func (b *referenceBackend) Decide(ctx context.Context, req throttler.Request) (t
 		select {}
 	}
 	if err := ctx.Err(); err != nil {
-		return throttler.Outcome{}, err
+		return driver.Outcome{}, err
 	}
 	if b.fault == notAtomic {
 		b.store.mu.Lock()
@@ -290,17 +291,19 @@ func (b *referenceBackend) Decide(ctx context.Context, req throttler.Request) (t
 		b.store.mu.Unlock()
 		runtime.Gosched()
 		time.Sleep(20 * time.Microsecond)
-		allowed, next := throttler.Decide(req.Policy, req.Now, req.Cost, states)
+		next := append([]driver.State(nil), states...)
+		allowed := driver.Decide(req.Policy, req.Now, req.Cost, next)
 		b.store.mu.Lock()
 		b.store.save(req, next)
 		b.store.mu.Unlock()
-		return throttler.Outcome{Allowed: allowed, States: next}, nil
+		return driver.Outcome{Allowed: allowed, States: next}, nil
 	}
 	b.store.mu.Lock()
 	defer b.store.mu.Unlock()
 	states := b.store.load(req)
 	b.reviveClosedWindows(req, states)
-	allowed, next := throttler.Decide(req.Policy, req.Now, req.Cost, states)
+	next := append([]driver.State(nil), states...)
+	allowed := driver.Decide(req.Policy, req.Now, req.Cost, next)
 	switch {
 	case b.fault == consumesOnDenial && !allowed && req.Cost > 0:
 		next = consumeAnyway(req, states)
@@ -308,45 +311,46 @@ func (b *referenceBackend) Decide(ctx context.Context, req throttler.Request) (t
 		slideWindows(req, next)
 	}
 	b.store.save(req, next)
-	return throttler.Outcome{Allowed: allowed, States: next}, nil
+	return driver.Outcome{Allowed: allowed, States: next}, nil
 }
 
-func (b *referenceBackend) Peek(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+func (b *referenceBackend) Peek(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	if err := ctx.Err(); err != nil {
-		return throttler.Outcome{}, err
+		return driver.Outcome{}, err
 	}
 	b.store.mu.Lock()
 	defer b.store.mu.Unlock()
 	states := b.store.load(req)
 	b.reviveClosedWindows(req, states)
-	allowed, _ := throttler.Decide(req.Policy, req.Now, 0, states)
-	return throttler.Outcome{Allowed: allowed, States: states}, nil
+	allowed := driver.Decide(req.Policy, req.Now, 0, states) // cost 0 changes nothing
+	return driver.Outcome{Allowed: allowed, States: states}, nil
 }
 
-func (b *referenceBackend) Refund(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+func (b *referenceBackend) Refund(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	if err := ctx.Err(); err != nil {
-		return throttler.Outcome{}, err
+		return driver.Outcome{}, err
 	}
 	b.store.mu.Lock()
 	defer b.store.mu.Unlock()
-	var next []throttler.State
+	var next []driver.State
 	if b.fault == refundUnclamped {
 		next = refundWithoutClamps(req, b.store.load(req))
 	} else {
-		next = throttler.Refund(req.Policy, req.Now, req.Cost, b.store.load(req))
+		next = b.store.load(req)
+		driver.Refund(req.Policy, req.Now, req.Cost, next)
 	}
 	b.store.save(req, next)
-	return throttler.Outcome{Allowed: true, States: next}, nil
+	return driver.Outcome{Allowed: true, States: next}, nil
 }
 
-func (b *referenceBackend) Reset(ctx context.Context, p *throttler.Policy, id string) error {
+func (b *referenceBackend) Reset(ctx context.Context, p *driver.Policy, id string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	b.store.mu.Lock()
 	defer b.store.mu.Unlock()
-	for i := 0; i < p.Len(); i++ {
-		delete(b.store.states, stateKey{p.PolicyKey(), p.LimitKey(i), id})
+	for _, l := range p.Limits {
+		delete(b.store.states, stateKey{p.Key, l.Key, id})
 	}
 	return nil
 }
@@ -356,10 +360,10 @@ func (b *referenceBackend) Ping(ctx context.Context) error { return ctx.Err() }
 // reviveClosedWindows makes closed fixed windows look open one more
 // millisecond, keeping their count: every closed window for
 // closedWindowLivesOn, the one closing exactly now for boundaryInclusive.
-func (b *referenceBackend) reviveClosedWindows(req throttler.Request, states []throttler.State) {
+func (b *referenceBackend) reviveClosedWindows(req driver.Request, states []driver.State) {
 	nowMs := req.Now.UnixMilli()
 	for i := range states {
-		if req.Policy.Limit(i).Algorithm == throttler.GCRA || states[i].End == 0 {
+		if req.Policy.Limits[i].Algorithm == throttler.GCRA || states[i].End == 0 {
 			continue
 		}
 		if b.fault == closedWindowLivesOn && states[i].End <= nowMs || b.fault == boundaryInclusive && states[i].End == nowMs {
@@ -370,9 +374,9 @@ func (b *referenceBackend) reviveClosedWindows(req throttler.Request, states []t
 
 // refundWithoutClamps gives back n units of every stored state, below zero
 // and below now.
-func refundWithoutClamps(req throttler.Request, states []throttler.State) []throttler.State {
+func refundWithoutClamps(req driver.Request, states []driver.State) []driver.State {
 	for i := range states {
-		l := req.Policy.Limit(i)
+		l := req.Policy.Limits[i]
 		if l.Algorithm == throttler.GCRA {
 			if states[i].End != 0 {
 				states[i].End -= req.Cost * ((l.Window.Microseconds() + l.Max - 1) / l.Max)
@@ -385,11 +389,11 @@ func refundWithoutClamps(req throttler.Request, states []throttler.State) []thro
 }
 
 // consumeAnyway charges a denied request to every limit.
-func consumeAnyway(req throttler.Request, states []throttler.State) []throttler.State {
-	next := append([]throttler.State(nil), states...)
+func consumeAnyway(req driver.Request, states []driver.State) []driver.State {
+	next := append([]driver.State(nil), states...)
 	nowMs, nowUs := req.Now.UnixMilli(), req.Now.UnixMicro()
 	for i := range next {
-		l := req.Policy.Limit(i)
+		l := req.Policy.Limits[i]
 		s := &next[i]
 		switch {
 		case l.Algorithm == throttler.GCRA:
@@ -409,10 +413,10 @@ func consumeAnyway(req throttler.Request, states []throttler.State) []throttler.
 }
 
 // slideWindows moves every open fixed window's end to now + Window.
-func slideWindows(req throttler.Request, states []throttler.State) {
+func slideWindows(req driver.Request, states []driver.State) {
 	nowMs := req.Now.UnixMilli()
 	for i := range states {
-		l := req.Policy.Limit(i)
+		l := req.Policy.Limits[i]
 		if l.Algorithm != throttler.GCRA && states[i].End > nowMs {
 			states[i].End = nowMs + l.Window.Milliseconds()
 		}

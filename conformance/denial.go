@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // testDenialConsumesNothingFixed: denied requests of any cost consume
@@ -55,7 +56,7 @@ func testResetAtStableWithinWindow(t *testing.T, e *env) {
 	p := mustPolicy(t, "stable",
 		throttler.PerMinute(5).Named("anchored"),
 		throttler.PerHour(50).Using(throttler.AlignedWindow).Named("aligned"))
-	_, refunds := e.main.backend.(throttler.Refunder)
+	_, refunds := e.main.backend.(driver.Refunder)
 	offsets := []time.Duration{0, 1500 * ms, 7250 * ms, 13*sec + 400*us, 20 * sec, 29*sec + 999*ms + 999*us,
 		31 * sec, 42 * sec, 50 * sec, 55*sec + 1*us, 59*sec + 999*ms}
 	var results []throttler.Result

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // SeedEnv names the environment variable that fixes the seed of the
@@ -42,8 +43,8 @@ func testDifferentialAgainstModel(t *testing.T, e *env) {
 	}
 	t.Logf("seed %d (replay with %s=%d)", seed, SeedEnv, seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x7468726f74746c65))
-	_, refunds := e.main.backend.(throttler.Refunder)
-	_, resets := e.main.backend.(throttler.Resetter)
+	_, refunds := e.main.backend.(driver.Refunder)
+	_, resets := e.main.backend.(driver.Resetter)
 	deadline := time.Now().Add(differentialTimeBound)
 	ops := 0
 	latest := T0
@@ -185,9 +186,9 @@ func (d *differential) operate(i int) bool {
 	p := d.policies[d.rng.IntN(len(d.policies))]
 	id := d.ids[d.rng.IntN(len(d.ids))]
 	now := e.main.clock.Now()
-	minCapacity := capacity(p.Limit(0))
-	for j := 1; j < p.Len(); j++ {
-		minCapacity = min(minCapacity, capacity(p.Limit(j)))
+	minCapacity := capacity(p.Limits()[0])
+	for j := 1; j < len(p.Limits()); j++ {
+		minCapacity = min(minCapacity, capacity(p.Limits()[j]))
 	}
 	var (
 		what      string

@@ -1,5 +1,5 @@
 // Package conformance is the executable form of throttlekit's behaviour
-// contract (SPEC.md): a test suite any throttler.Backend must pass, in or
+// contract (SPEC.md): a test suite any driver.Backend must pass, in or
 // outside this repository, and a reference model of the contract.
 //
 // Its production code imports only the standard library and package
@@ -32,15 +32,15 @@
 //	}
 //
 //	// MakeBackend returns another client of the same server and prefix.
-//	func (h *harness) MakeBackend(ctx context.Context) (throttler.Backend, error) {
+//	func (h *harness) MakeBackend(ctx context.Context) (driver.Backend, error) {
 //		return mystore.New(h.server.Addr(), mystore.WithKeyPrefix(h.prefix))
 //	}
 //
 //	func (h *harness) Close() {}
 //
 //	// Limitations is optional: declare only what mystore's docs promise.
-//	func (h *harness) Limitations() conformance.Limits {
-//		return conformance.Limits{CostAboveOneInexactUnderConcurrency: true}
+//	func (h *harness) Limitations() conformance.Caveats {
+//		return conformance.Caveats{CostAboveOneInexactUnderConcurrency: true}
 //	}
 //
 //	func newHarness(ctx context.Context, tb testing.TB) (conformance.Harness, error) {
@@ -91,9 +91,9 @@
 //
 // Subtests of an optional capability run only when the backend implements
 // it, and skip otherwise: RefundFixedWindow, RefundGCRA,
-// RefundAfterWindowClosed and ConcurrentRefund need throttler.Refunder;
-// ResetForgetsState needs throttler.Resetter; PeekerMatchesDecide needs
-// throttler.Peeker and checks the two routes to a peek (Peek, and Decide
+// RefundAfterWindowClosed and ConcurrentRefund need driver.Refunder;
+// ResetForgetsState needs driver.Resetter; PeekerMatchesDecide needs
+// driver.Peeker and checks the two routes to a peek (Peek, and Decide
 // with cost 0) give the same answer. Without Refunder the random sequences
 // leave refunds out, and without Resetter, resets.
 //

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // Harness makes backends for one subtest. Every backend one harness makes
@@ -13,7 +13,7 @@ import (
 // of one harness and expects them to agree.
 type Harness interface {
 	// MakeBackend returns a backend over the harness's store.
-	MakeBackend(ctx context.Context) (throttler.Backend, error)
+	MakeBackend(ctx context.Context) (driver.Backend, error)
 	// Close releases what the harness holds. The suite calls it once, after
 	// the subtest, whatever happened.
 	Close()

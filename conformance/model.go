@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // Model is a reference model of SPEC: an in-memory rate limiter written
@@ -123,13 +124,13 @@ func (m *Model) Reset(p *throttler.Policy, id string) {
 	if !modelValid(p, id) {
 		return
 	}
-	for i := 0; i < p.Len(); i++ {
-		delete(m.states, keyFor(p, p.Limit(i), id))
+	for i := 0; i < len(p.Limits()); i++ {
+		delete(m.states, keyFor(p, p.Limits()[i], id))
 	}
 }
 
 func modelValid(p *throttler.Policy, id string) bool {
-	return p != nil && p.Len() > 0 && id != "" && len(id) <= throttler.MaxIdentifierLen
+	return p != nil && len(p.Limits()) > 0 && id != "" && len(id) <= driver.MaxIdentifierLen
 }
 
 func keyFor(p *throttler.Policy, l throttler.Limit, id string) modelKey {
@@ -150,9 +151,9 @@ type limitView struct {
 }
 
 func (m *Model) views(p *throttler.Policy, id string, now time.Time) []limitView {
-	vs := make([]limitView, p.Len())
+	vs := make([]limitView, len(p.Limits()))
 	for i := range vs {
-		l := p.Limit(i)
+		l := p.Limits()[i]
 		v := limitView{limit: l, key: keyFor(p, l, id), nowMs: now.UnixMilli(), nowUs: now.UnixMicro()}
 		if s := m.states[v.key]; s != nil {
 			v.state = *s

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // testPeekNeverChangesState: peeks, however many, at a fresh, a partly
@@ -43,9 +45,9 @@ func testPeekNeverChangesState(t *testing.T, e *env) {
 // by a replica) answers exactly what Decide with cost 0 answers, over
 // fresh, used, exhausted and closed windows and a clock that went back.
 func testPeekerMatchesDecide(t *testing.T, e *env) {
-	pk, ok := e.main.backend.(throttler.Peeker)
+	pk, ok := e.main.backend.(driver.Peeker)
 	if !ok {
-		t.Skip("backend does not implement throttler.Peeker")
+		t.Skip("backend does not implement driver.Peeker")
 	}
 	p := mustPolicy(t, "two-routes",
 		throttler.PerMinute(3).Named("anchored"),
@@ -54,7 +56,7 @@ func testPeekerMatchesDecide(t *testing.T, e *env) {
 	compare := func(label string) {
 		t.Helper()
 		now := e.main.clock.Now()
-		req := throttler.Request{Policy: p, Identifier: "routes", Now: now}
+		req := driver.Request{Policy: compile(t, p), Identifier: "routes", Now: now}
 		peeked, err := pk.Peek(e.ctx, req)
 		if err != nil {
 			t.Fatalf("%s: backend Peek: %v", label, err)
@@ -63,12 +65,12 @@ func testPeekerMatchesDecide(t *testing.T, e *env) {
 		if err != nil {
 			t.Fatalf("%s: backend Decide with cost 0: %v", label, err)
 		}
-		if len(peeked.States) != p.Len() || len(decided.States) != p.Len() {
-			t.Fatalf("%s: Peek returned %d states and Decide %d, want %d", label, len(peeked.States), len(decided.States), p.Len())
+		if len(peeked.States) != len(p.Limits()) || len(decided.States) != len(p.Limits()) {
+			t.Fatalf("%s: Peek returned %d states and Decide %d, want %d", label, len(peeked.States), len(decided.States), len(p.Limits()))
 		}
-		a := throttler.Evaluate(p, now, 0, peeked.Allowed, peeked.States)
-		b := throttler.Evaluate(p, now, 0, decided.Allowed, decided.States)
-		if d := diffResults(a, b); len(d) > 0 {
+		a := evaluate(req.Policy, now, peeked.Allowed, peeked.States)
+		b := evaluate(req.Policy, now, decided.Allowed, decided.States)
+		if d := diffStatuses(a, b); len(d) > 0 {
 			t.Errorf("%s: Peek and Decide(cost 0) disagree: %s", label, strings.Join(d, "; "))
 		}
 		viaPeek := e.main.peek(t, label, p, "routes")
@@ -195,4 +197,48 @@ func testResetForgetsState(t *testing.T, e *env) {
 	for i := range 2 {
 		e.main.reset(t, fmt.Sprintf("reset of a never-used identifier, %d", i), p, "never-used")
 	}
+}
+
+// compile returns the backend's view of p, the driver.Policy a throttler
+// sends with every request under p.
+func compile(t *testing.T, p *throttler.Policy) *driver.Policy {
+	t.Helper()
+	var limits []driver.Limit
+	for _, l := range p.Limits() {
+		dl, err := driver.NewLimit(l.Name, l.Algorithm, l.Max, l.Window, l.Burst)
+		if err != nil {
+			t.Fatalf("driver.NewLimit(%v): %v", l, err)
+		}
+		limits = append(limits, dl)
+	}
+	dp, err := driver.NewPolicy(p.Name(), limits...)
+	if err != nil {
+		t.Fatalf("driver.NewPolicy(%q): %v", p.Name(), err)
+	}
+	return dp
+}
+
+// evaluate returns every limit's figures for a peek's states.
+func evaluate(p *driver.Policy, now time.Time, allowed bool, states []driver.State) []driver.Status {
+	out := make([]driver.Status, len(p.Limits))
+	for i := range p.Limits {
+		out[i] = driver.Evaluate(&p.Limits[i], states[i], now, 0, allowed)
+	}
+	return out
+}
+
+// diffStatuses lists how two sets of per-limit figures differ.
+func diffStatuses(a, b []driver.Status) []string {
+	var d []string
+	for i := range a {
+		if a[i] != b[i] && !(a[i].ResetAt.Equal(b[i].ResetAt) && sameButTime(a[i], b[i])) {
+			d = append(d, fmt.Sprintf("limit %d: %+v vs %+v", i, a[i], b[i]))
+		}
+	}
+	return d
+}
+
+func sameButTime(a, b driver.Status) bool {
+	a.ResetAt, b.ResetAt = time.Time{}, time.Time{}
+	return a == b
 }

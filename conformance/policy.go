@@ -48,7 +48,7 @@ func testPolicyAllOrNothing(t *testing.T, e *env) {
 		checkBinding(t, label, rs[i], want.binding)
 		for j, name := range []string{"3/s", "5/min", "10/h"} {
 			used, resetAt, retryAfter := want.limits[j][0], want.limits[j][1], want.limits[j][2]
-			maxUnits := p.Limit(j).Max
+			maxUnits := p.Limits()[j].Max
 			checkLimit(t, label, rs[i], name, retryAfter == 0, maxUnits-used, used,
 				time.Duration(resetAt)*ms, time.Duration(retryAfter)*ms)
 		}

@@ -6,15 +6,15 @@
 //	th := throttler.New(memory.New())
 //	anon, _ := throttler.ParsePolicy("anonymous", "60/h")
 //	users, _ := throttler.ParsePolicy("users", "5000/h")
-//	lim, err := middleware.New(th, []middleware.Subject{
+//	lim, err := middleware.New(th, []middleware.Rule{
 //		{Policy: anon, Identify: middleware.Unless(middleware.ClientIP(ipOpts), userFunc)},
 //		{Policy: users, Identify: userFunc},
 //	})
 //	http.ListenAndServe(addr, lim.Handler(api))
 //
-// # Subjects and identifiers
+// # Rules and identifiers
 //
-// A Subject pairs a policy with an IdentifierFunc. Each request is decided
+// A Rule pairs a policy with an IdentifierFunc. Each request is decided
 // for every subject whose IdentifierFunc names something; an empty name
 // means "does not apply" (no user signed in, no token sent), not an error.
 // One applicable subject is decided with Throttler.AllowN; several with
@@ -119,7 +119,7 @@
 // Backend failures are not errors here: the policy's failure mode decides
 // (fail open serves the request with X-RateLimit-Degraded: 1; fail closed
 // answers 503). Other errors of the throttler (an identifier longer than
-// throttler.MaxIdentifierLen, a negative cost, a misconfiguration, the
+// driver.MaxIdentifierLen, a negative cost, a misconfiguration, the
 // request's context ending) go to the ErrorHandler. DefaultErrorHandler
 // answers 400, 503 or 500 with a problem body and never serves the request,
 // so no crafted input bypasses the limiter; PassThrough serves it instead.

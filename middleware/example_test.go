@@ -1,12 +1,13 @@
 package middleware_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"time"
 
-	"github.com/throttlekit/throttlekit/backend/memory"
+	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
 	"github.com/throttlekit/throttlekit/middleware"
 	"github.com/throttlekit/throttlekit/throttler"
 )
@@ -15,12 +16,16 @@ import (
 // headers of an allowed and of a denied request.
 func Example() {
 	clock := throttler.NewManualClock(time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC))
-	th := throttler.New(memory.New(), throttler.WithClock(clock))
+	th, err := throttler.New(memorybackend.New(), throttler.WithClock(clock))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	policy, err := throttler.ParsePolicy("api", "2/min")
 	if err != nil {
 		panic(err)
 	}
-	lim, err := middleware.New(th, []middleware.Subject{
+	lim, err := middleware.New(th, []middleware.Rule{
 		{Policy: policy, Identify: middleware.ClientIP(middleware.ClientIPOptions{})},
 	})
 	if err != nil {
@@ -33,9 +38,9 @@ func Example() {
 	// The header names as the specifications spell them; net/http
 	// matches them case-insensitively.
 	names := []string{
-		throttler.HeaderLimit, throttler.HeaderRemaining, throttler.HeaderUsed, throttler.HeaderReset,
-		throttler.HeaderResource, throttler.HeaderRateLimitPolicy, throttler.HeaderRateLimit,
-		throttler.HeaderRetryAfter, throttler.HeaderDegraded,
+		middleware.HeaderLimit, middleware.HeaderRemaining, middleware.HeaderUsed, middleware.HeaderReset,
+		middleware.HeaderResource, middleware.HeaderRateLimitPolicy, middleware.HeaderRateLimit,
+		middleware.HeaderRetryAfter, middleware.HeaderDegraded,
 	}
 	show := func() {
 		req := httptest.NewRequest(http.MethodGet, "/", nil)
@@ -85,4 +90,34 @@ func Example() {
 	//   RateLimit: "api";r=0;t=30
 	//   Retry-After: 30
 	//   {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota Exceeded","status":429,"detail":"Quota \"api\" (2/min) is spent; try again in 30 s.","violated-policies":["api"]}
+}
+
+// ExampleWriteHeaders sets the rate-limit headers outside net/http
+// middleware, as another framework's adapter would.
+func ExampleWriteHeaders() {
+	clock := throttler.NewManualClock(time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC))
+	th, err := throttler.New(memorybackend.New(), throttler.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	policy, err := throttler.ParsePolicy("search", "2/s, 30/min")
+	if err != nil {
+		panic(err)
+	}
+	var r throttler.Result
+	for range 3 {
+		r, _ = th.Allow(context.Background(), policy, "token:42")
+	}
+	h := http.Header{}
+	middleware.WriteHeaders(h, r, policy, middleware.HeaderOptions{})
+	for _, name := range []string{middleware.HeaderRemaining, middleware.HeaderReset,
+		middleware.HeaderRateLimitPolicy, middleware.HeaderRateLimit, middleware.HeaderRetryAfter} {
+		fmt.Printf("%s: %s\n", name, h.Get(name))
+	}
+	// Output:
+	// X-RateLimit-Remaining: 0
+	// X-RateLimit-Reset: 1735732801
+	// RateLimit-Policy: "search:2/s";q=2;w=1, "search:30/min";q=30;w=60
+	// RateLimit: "search:2/s";r=0;t=1
+	// Retry-After: 1
 }

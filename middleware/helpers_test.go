@@ -15,9 +15,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttlekit/throttlekit/backend/memory"
+	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
+	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/middleware"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // t0 has a fractional second so that every rounding rule shows.
@@ -30,8 +32,8 @@ type decisions struct {
 	results []throttler.Result
 }
 
-func (d *decisions) Observe(e throttler.Event) {
-	if e.Op != throttler.OpAllow || e.Result == nil {
+func (d *decisions) Observe(_ context.Context, e throttler.Event) {
+	if e.Op != "allow" || e.Result == nil {
 		return
 	}
 	d.mu.Lock()
@@ -50,22 +52,22 @@ func (d *decisions) last(t *testing.T) throttler.Result {
 // rig is one throttler on the memory backend with a manual clock.
 type rig struct {
 	clock     *throttler.ManualClock
-	backend   throttler.Backend
+	backend   driver.Backend
 	th        *throttler.Throttler
 	decisions *decisions
 }
 
-func newRig(t *testing.T, b throttler.Backend) *rig {
+func newRig(t *testing.T, b driver.Backend) *rig {
 	t.Helper()
 	if b == nil {
-		b = memory.New()
+		b = memorybackend.New()
 	}
 	r := &rig{clock: throttler.NewManualClock(t0), backend: b, decisions: &decisions{}}
-	r.th = throttler.New(b, throttler.WithClock(r.clock), throttler.WithObserver(r.decisions))
+	r.th = testkit.Throttler(t, b, throttler.WithClock(r.clock), throttler.WithObserver(r.decisions))
 	return r
 }
 
-func policy(t *testing.T, name, limits string, opts ...throttler.PolicyOption) *throttler.Policy {
+func policy(t *testing.T, name, limits string, opts ...throttler.Option) *throttler.Policy {
 	t.Helper()
 	p, err := throttler.ParsePolicy(name, limits, opts...)
 	require.NoError(t, err)
@@ -168,6 +170,6 @@ type failingBackend struct{}
 
 var errStoreDown = errors.New("store unreachable")
 
-func (failingBackend) Decide(context.Context, throttler.Request) (throttler.Outcome, error) {
-	return throttler.Outcome{}, errStoreDown
+func (failingBackend) Decide(context.Context, driver.Request) (driver.Outcome, error) {
+	return driver.Outcome{}, errStoreDown
 }

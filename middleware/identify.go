@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -55,7 +56,7 @@ type ClientIPOptions struct {
 
 // TrustProxies parses CIDR prefixes ("10.0.0.0/8", "2001:db8::/32") and
 // single addresses ("192.0.2.7", "::1") into a TrustedProxies list. The
-// error wraps ErrConfig.
+// error wraps driver.ErrInvalidOption.
 func TrustProxies(cidrs ...string) ([]netip.Prefix, error) {
 	out := make([]netip.Prefix, 0, len(cidrs))
 	for _, c := range cidrs {
@@ -66,7 +67,7 @@ func TrustProxies(cidrs ...string) ([]netip.Prefix, error) {
 		}
 		a, err := netip.ParseAddr(c)
 		if err != nil || a.Zone() != "" {
-			return nil, fmt.Errorf("%w: trusted proxy %q is neither a CIDR prefix nor an address", ErrConfig, c)
+			return nil, fmt.Errorf("%w: trusted proxy %q is neither a CIDR prefix nor an address", driver.ErrInvalidOption, c)
 		}
 		out = append(out, netip.PrefixFrom(a, a.BitLen()))
 	}

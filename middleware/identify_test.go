@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"context"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -142,7 +143,7 @@ func TestTrustProxies(t *testing.T) {
 	}, got)
 	for _, bad := range []string{"", "10.0.0.0/33", "example.com", "fe80::1%eth0", "10.0.0.0/8/8"} {
 		_, err := middleware.TrustProxies(bad)
-		assert.ErrorIs(t, err, middleware.ErrConfig, bad)
+		assert.ErrorIs(t, err, driver.ErrInvalidOption, bad)
 	}
 	// A zero prefix trusts nothing rather than everything.
 	identify := middleware.ClientIP(middleware.ClientIPOptions{TrustedProxies: []netip.Prefix{{}}})

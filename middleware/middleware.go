@@ -4,18 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 	"net/http"
 	"strings"
 
 	"github.com/throttlekit/throttlekit/throttler"
 )
 
-// ErrConfig reports a Limiter or ClientIP configuration that cannot work.
-var ErrConfig = errors.New("middleware: invalid configuration")
-
-// Subject is one thing a request is limited by, under its own policy: the
+// Rule is one thing a request is limited by, under its own policy: the
 // client IP under an anonymous policy, the user under an authenticated one.
-type Subject struct {
+type Rule struct {
 	// Policy holds the limits. Every subject of a Limiter needs a policy of
 	// its own name: stored state is keyed by policy name and identifier,
 	// and an IP address must never share a counter with an equal-looking
@@ -33,9 +31,9 @@ type Subject struct {
 // New; it is safe for concurrent use.
 type Limiter struct {
 	throttler      *throttler.Throttler
-	subjects       []Subject
+	subjects       []Rule
 	cost           func(*http.Request) int64
-	headers        throttler.HeaderOptions
+	headers        HeaderOptions
 	denyStatus     int
 	neverStatus    int
 	degradedStatus int
@@ -52,8 +50,8 @@ type Option func(*Limiter)
 func WithCost(cost func(*http.Request) int64) Option { return func(l *Limiter) { l.cost = cost } }
 
 // WithHeaderOptions selects which header families are sent; the default
-// sends them all. Its Resource is ignored: each Subject names its own.
-func WithHeaderOptions(o throttler.HeaderOptions) Option {
+// sends them all. Its Resource is ignored: each Rule names its own.
+func WithHeaderOptions(o HeaderOptions) Option {
 	return func(l *Limiter) { l.headers = o; l.headers.Resource = "" }
 }
 
@@ -93,11 +91,11 @@ func WithErrorHandler(h ErrorHandler) Option { return func(l *Limiter) { l.onErr
 func WithDenyHandler(h DenyHandler) Option { return func(l *Limiter) { l.onDeny = h } }
 
 // New returns a Limiter deciding requests with t for every subject that
-// applies to them. The error wraps ErrConfig.
-func New(t *throttler.Throttler, subjects []Subject, opts ...Option) (*Limiter, error) {
+// applies to them. The error wraps driver.ErrInvalidOption.
+func New(t *throttler.Throttler, subjects []Rule, opts ...Option) (*Limiter, error) {
 	l := &Limiter{
 		throttler:      t,
-		subjects:       append([]Subject(nil), subjects...),
+		subjects:       append([]Rule(nil), subjects...),
 		cost:           func(*http.Request) int64 { return 1 },
 		denyStatus:     http.StatusTooManyRequests,
 		neverStatus:    http.StatusTooManyRequests,
@@ -110,39 +108,39 @@ func New(t *throttler.Throttler, subjects []Subject, opts ...Option) (*Limiter, 
 		opt(l)
 	}
 	if t == nil {
-		return nil, fmt.Errorf("%w: nil throttler", ErrConfig)
+		return nil, fmt.Errorf("%w: nil throttler", driver.ErrInvalidOption)
 	}
 	if len(l.subjects) == 0 {
-		return nil, fmt.Errorf("%w: no subjects", ErrConfig)
+		return nil, fmt.Errorf("%w: no subjects", driver.ErrInvalidOption)
 	}
 	policies := make(map[string]bool, len(l.subjects))
 	resources := make(map[string]bool, len(l.subjects))
 	for i, s := range l.subjects {
-		if s.Policy == nil || s.Policy.Len() == 0 {
-			return nil, fmt.Errorf("%w: subject %d has no policy", ErrConfig, i)
+		if s.Policy == nil || len(s.Policy.Limits()) == 0 {
+			return nil, fmt.Errorf("%w: subject %d has no policy", driver.ErrInvalidOption, i)
 		}
 		if s.Identify == nil {
-			return nil, fmt.Errorf("%w: subject %d has no IdentifierFunc", ErrConfig, i)
+			return nil, fmt.Errorf("%w: subject %d has no IdentifierFunc", driver.ErrInvalidOption, i)
 		}
 		if policies[s.Policy.Name()] {
-			return nil, fmt.Errorf("%w: two subjects use policy %q; give each its own", ErrConfig, s.Policy.Name())
+			return nil, fmt.Errorf("%w: two subjects use policy %q; give each its own", driver.ErrInvalidOption, s.Policy.Name())
 		}
 		policies[s.Policy.Name()] = true
 		if s.Resource == "" {
 			l.subjects[i].Resource = s.Policy.Name()
 		}
 		if r := l.subjects[i].Resource; resources[r] {
-			return nil, fmt.Errorf("%w: two subjects are named %q in headers", ErrConfig, r)
+			return nil, fmt.Errorf("%w: two subjects are named %q in headers", driver.ErrInvalidOption, r)
 		}
 		resources[l.subjects[i].Resource] = true
 	}
 	for _, code := range []int{l.denyStatus, l.neverStatus, l.degradedStatus} {
 		if code < 200 || code > 999 {
-			return nil, fmt.Errorf("%w: status %d is not a final HTTP status", ErrConfig, code)
+			return nil, fmt.Errorf("%w: status %d is not a final HTTP status", driver.ErrInvalidOption, code)
 		}
 	}
 	if l.cost == nil || l.onError == nil || l.onDeny == nil {
-		return nil, fmt.Errorf("%w: nil cost function or handler", ErrConfig)
+		return nil, fmt.Errorf("%w: nil cost function or handler", driver.ErrInvalidOption)
 	}
 	return l, nil
 }
@@ -174,7 +172,7 @@ func ResultFromContext(ctx context.Context) (throttler.Result, bool) {
 }
 
 func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	var applied []Subject
+	var applied []Rule
 	var decided []throttler.Subject
 	for _, s := range l.subjects {
 		if id := s.Identify(r); id != "" {
@@ -217,7 +215,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 }
 
 // bindingSubject returns the index of the subject whose result res shows.
-func bindingSubject(res throttler.Result, applied []Subject) int {
+func bindingSubject(res throttler.Result, applied []Rule) int {
 	for i, s := range applied {
 		if s.Policy.Name() == res.Policy {
 			return i
@@ -229,23 +227,23 @@ func bindingSubject(res throttler.Result, applied []Subject) int {
 // writeHeaders sets the headers of res. RateLimit-Policy lists the limits
 // of every subject that applied, in order, so that it stays the same from
 // one response to the next whichever subject binds.
-func (l *Limiter) writeHeaders(h http.Header, res throttler.Result, applied []Subject, binding int) {
+func (l *Limiter) writeHeaders(h http.Header, res throttler.Result, applied []Rule, binding int) {
 	opts := l.headers
 	opts.Resource = applied[binding].Resource
 	if !opts.OmitRateLimitPolicy {
 		members := make([]string, 0, len(applied))
 		for _, s := range applied {
-			members = append(members, throttler.RateLimitPolicyValue(s.Policy, s.Resource))
+			members = append(members, rateLimitPolicyValue(s.Policy, s.Resource))
 		}
-		h.Set(throttler.HeaderRateLimitPolicy, strings.Join(members, ", "))
+		h.Set(HeaderRateLimitPolicy, strings.Join(members, ", "))
 		opts.OmitRateLimitPolicy = true
 	}
-	res.WriteHeaders(h, l.throttler.Clock().Now(), applied[binding].Policy, opts)
+	WriteHeaders(h, res, applied[binding].Policy, opts)
 }
 
 // problem builds the body of a denial. It names policies and limits, which
 // are the server's own configuration, and never the identifier.
-func (l *Limiter) problem(res throttler.Result, s Subject, cost int64) Problem {
+func (l *Limiter) problem(res throttler.Result, s Rule, cost int64) Problem {
 	notation := res.Binding
 	for _, lim := range s.Policy.Limits() {
 		if lim.Name == res.Binding {
@@ -253,7 +251,7 @@ func (l *Limiter) problem(res throttler.Result, s Subject, cost int64) Problem {
 		}
 	}
 	quota := fmt.Sprintf("%q (%s)", s.Resource, notation)
-	if s.Policy.Len() > 1 {
+	if len(s.Policy.Limits()) > 1 {
 		quota = fmt.Sprintf("%q (%s)", s.Resource+":"+res.Binding, notation)
 	}
 	switch {
@@ -261,17 +259,17 @@ func (l *Limiter) problem(res throttler.Result, s Subject, cost int64) Problem {
 		return Problem{Type: TypeCostExceedsLimit, Title: "Cost Exceeds Limit", Status: l.neverStatus,
 			Detail: fmt.Sprintf("This request costs %d units; quota %s holds at most %d, so it can never be allowed.",
 				cost, quota, res.Limit),
-			ViolatedPolicies: res.ViolatedPolicies(s.Resource)}
+			ViolatedPolicies: violatedPolicies(res, s.Resource)}
 	case res.Degraded:
-		secs, _ := res.RetryAfterSeconds()
+		secs, _ := retryAfterSeconds(res)
 		return Problem{Type: TypeTemporaryReducedCapacity, Title: "Temporary Reduced Capacity",
 			Status: l.degradedStatus,
 			Detail: fmt.Sprintf("The rate limiter is unavailable; try again in %d s.", secs)}
 	default:
-		secs, _ := res.RetryAfterSeconds()
+		secs, _ := retryAfterSeconds(res)
 		return Problem{Type: TypeQuotaExceeded, Title: "Quota Exceeded", Status: l.denyStatus,
 			Detail:           fmt.Sprintf("Quota %s is spent; try again in %d s.", quota, secs),
-			ViolatedPolicies: res.ViolatedPolicies(s.Resource)}
+			ViolatedPolicies: violatedPolicies(res, s.Resource)}
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/throttlekit/throttlekit/middleware"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // checkHeaders compares every rate-limit header of a reply with the
@@ -23,29 +24,29 @@ import (
 func checkHeaders(t *testing.T, rp reply, d throttler.Result, now time.Time, resource string) rateLimitItem {
 	t.Helper()
 	h := rp.header
-	assert.Equal(t, d.Limit, headerInt(t, h, throttler.HeaderLimit), "limit")
-	assert.Equal(t, d.Used, headerInt(t, h, throttler.HeaderUsed), "used")
-	assert.Equal(t, resource, h.Get(throttler.HeaderResource), "resource")
-	remaining := headerInt(t, h, throttler.HeaderRemaining)
-	reset := headerInt(t, h, throttler.HeaderReset)
-	assert.Equal(t, throttler.CeilUnix(d.ResetAt), reset, "reset is ResetAt rounded up")
+	assert.Equal(t, d.Limit, headerInt(t, h, middleware.HeaderLimit), "limit")
+	assert.Equal(t, d.Used, headerInt(t, h, middleware.HeaderUsed), "used")
+	assert.Equal(t, resource, h.Get(middleware.HeaderResource), "resource")
+	remaining := headerInt(t, h, middleware.HeaderRemaining)
+	reset := headerInt(t, h, middleware.HeaderReset)
+	assert.Equal(t, middleware.CeilUnix(d.ResetAt), reset, "reset is ResetAt rounded up")
 	assert.GreaterOrEqual(t, reset*1000, d.ResetAt.UnixMilli(), "reset never before ResetAt")
-	item := parseRateLimit(h.Get(throttler.HeaderRateLimit))
-	require.True(t, item.wellFormed, "RateLimit %q", h.Get(throttler.HeaderRateLimit))
+	item := parseRateLimit(h.Get(middleware.HeaderRateLimit))
+	require.True(t, item.wellFormed, "RateLimit %q", h.Get(middleware.HeaderRateLimit))
 	assert.Equal(t, remaining, item.remaining, "RateLimit r equals X-RateLimit-Remaining")
-	assert.Empty(t, h.Values(throttler.HeaderDegraded))
+	assert.Empty(t, h.Values(middleware.HeaderDegraded))
 	if d.Allowed {
 		assert.Equal(t, http.StatusOK, rp.status)
 		assert.Equal(t, d.Remaining, remaining)
-		assert.Equal(t, throttler.CeilSeconds(d.ResetAt.Sub(now)), item.reset, "t on allow: until ResetAt, up")
-		assert.Empty(t, h.Values(throttler.HeaderRetryAfter), "no Retry-After on allow")
+		assert.Equal(t, middleware.CeilSeconds(d.ResetAt.Sub(now)), item.reset, "t on allow: until ResetAt, up")
+		assert.Empty(t, h.Values(middleware.HeaderRetryAfter), "no Retry-After on allow")
 		return item
 	}
 	assert.Equal(t, http.StatusTooManyRequests, rp.status)
 	assert.Zero(t, remaining, "a denial never claims remaining quota")
 	assert.Zero(t, item.remaining)
-	retry := headerInt(t, h, throttler.HeaderRetryAfter)
-	assert.Equal(t, throttler.CeilSeconds(d.RetryAfter), retry, "Retry-After is RetryAfter, up")
+	retry := headerInt(t, h, middleware.HeaderRetryAfter)
+	assert.Equal(t, middleware.CeilSeconds(d.RetryAfter), retry, "Retry-After is RetryAfter, up")
 	assert.GreaterOrEqual(t, retry, item.reset, "Retry-After >= RateLimit t")
 	assert.Positive(t, retry)
 	return item
@@ -57,7 +58,7 @@ func checkHeaders(t *testing.T, rp reply, d throttler.Result, now time.Time, res
 func TestHeadersMatchDecisions(t *testing.T) {
 	rg := newRig(t, nil)
 	p := policy(t, "api", "3/min")
-	lim, err := middleware.New(rg.th, []middleware.Subject{{Policy: p, Identify: middleware.ClientIP(middleware.ClientIPOptions{})}})
+	lim, err := middleware.New(rg.th, []middleware.Rule{{Policy: p, Identify: middleware.ClientIP(middleware.ClientIPOptions{})}})
 	require.NoError(t, err)
 	srv := serve(t, lim, statusHandler)
 
@@ -90,9 +91,9 @@ func TestHeadersMatchDecisions(t *testing.T) {
 		if d.Allowed {
 			assert.Equal(t, "127.0.0.1", rp.body, "step %d", i)
 		}
-		lastReset = headerInt(t, rp.header, throttler.HeaderReset)
+		lastReset = headerInt(t, rp.header, middleware.HeaderReset)
 		resets[lastReset]++
-		assert.Equal(t, `"api";q=3;w=60`, rp.header.Get(throttler.HeaderRateLimitPolicy), "step %d", i)
+		assert.Equal(t, `"api";q=3;w=60`, rp.header.Get(middleware.HeaderRateLimitPolicy), "step %d", i)
 	}
 	// Two windows, two resets: t0+60s and t0+120s, each rounded up from
 	// .250 to the next whole second.
@@ -108,7 +109,7 @@ func TestRetryAfterNeverBeforeReset(t *testing.T) {
 		t.Run(limits, func(t *testing.T) {
 			rg := newRig(t, nil)
 			p := policy(t, "api", limits)
-			lim, err := middleware.New(rg.th, []middleware.Subject{{Policy: p, Identify: middleware.ClientIP(middleware.ClientIPOptions{})}})
+			lim, err := middleware.New(rg.th, []middleware.Rule{{Policy: p, Identify: middleware.ClientIP(middleware.ClientIPOptions{})}})
 			require.NoError(t, err)
 			srv := serve(t, lim, statusHandler)
 			denials := 0
@@ -119,7 +120,7 @@ func TestRetryAfterNeverBeforeReset(t *testing.T) {
 				resource := "api"
 				item := checkHeaders(t, rp, d, now, resource)
 				wantName := "api"
-				if p.Len() > 1 {
+				if len(p.Limits()) > 1 {
 					wantName = "api:" + d.Binding
 				}
 				assert.Equal(t, wantName, item.name)
@@ -138,7 +139,7 @@ func TestRefundNotModified(t *testing.T) {
 	rg := newRig(t, nil)
 	p := policy(t, "api", "3/min")
 	ip := middleware.ClientIP(middleware.ClientIPOptions{})
-	lim, err := middleware.New(rg.th, []middleware.Subject{{Policy: p, Identify: ip}})
+	lim, err := middleware.New(rg.th, []middleware.Rule{{Policy: p, Identify: ip}})
 	require.NoError(t, err)
 	// The handler reports what the store held while it ran.
 	duringHandler := make(chan int64, 8)
@@ -157,16 +158,16 @@ func TestRefundNotModified(t *testing.T) {
 	}))
 
 	rp := get(t, srv, "/")
-	assert.EqualValues(t, 2, headerInt(t, rp.header, throttler.HeaderRemaining))
+	assert.EqualValues(t, 2, headerInt(t, rp.header, middleware.HeaderRemaining))
 	<-duringHandler
 
 	rp = get(t, srv, "/?status=304")
 	assert.Equal(t, http.StatusNotModified, rp.status)
-	assert.EqualValues(t, 1, headerInt(t, rp.header, throttler.HeaderRemaining), "the 304's own headers show the charge")
+	assert.EqualValues(t, 1, headerInt(t, rp.header, middleware.HeaderRemaining), "the 304's own headers show the charge")
 	assert.EqualValues(t, 1, <-duringHandler, "the unit stays spent while the handler runs")
 
 	rp = get(t, srv, "/")
-	assert.EqualValues(t, 1, headerInt(t, rp.header, throttler.HeaderRemaining), "the next request sees the unit back")
+	assert.EqualValues(t, 1, headerInt(t, rp.header, middleware.HeaderRemaining), "the next request sees the unit back")
 
 	// An Early Hints response before the 304 does not hide it.
 	rp = get(t, srv, "/?status=304&hints=1")
@@ -199,7 +200,7 @@ func TestRefundStatusesConfigurable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rg := newRig(t, nil)
 			p := policy(t, "api", "5/min")
-			lim, err := middleware.New(rg.th, []middleware.Subject{{Policy: p, Identify: middleware.ClientIP(middleware.ClientIPOptions{})}}, tc.opts...)
+			lim, err := middleware.New(rg.th, []middleware.Rule{{Policy: p, Identify: middleware.ClientIP(middleware.ClientIPOptions{})}}, tc.opts...)
 			require.NoError(t, err)
 			srv := serve(t, lim, statusHandler)
 			rp := get(t, srv, "/?status="+strconv.Itoa(tc.status))
@@ -220,7 +221,7 @@ func TestRefundStatusesConfigurable(t *testing.T) {
 func TestResponseWriterKeepsCapabilities(t *testing.T) {
 	rg := newRig(t, nil)
 	p := policy(t, "api", "10/min")
-	lim, err := middleware.New(rg.th, []middleware.Subject{{Policy: p, Identify: middleware.ClientIP(middleware.ClientIPOptions{})}})
+	lim, err := middleware.New(rg.th, []middleware.Rule{{Policy: p, Identify: middleware.ClientIP(middleware.ClientIPOptions{})}})
 	require.NoError(t, err)
 	problems := make(chan string, 8)
 	srv := serve(t, lim, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -265,7 +266,7 @@ func TestResponseWriterKeepsCapabilities(t *testing.T) {
 	rp := get(t, srv, "/stream")
 	assert.Equal(t, http.StatusOK, rp.status)
 	assert.Equal(t, "one,two,three", rp.body)
-	assert.EqualValues(t, 9, headerInt(t, rp.header, throttler.HeaderRemaining))
+	assert.EqualValues(t, 9, headerInt(t, rp.header, middleware.HeaderRemaining))
 
 	rp = get(t, srv, "/hijack")
 	assert.Equal(t, http.StatusNotModified, rp.status)
@@ -288,7 +289,7 @@ func TestSpoofedForwardedForOverHTTP(t *testing.T) {
 	trusted := middleware.ClientIP(middleware.ClientIPOptions{TrustedProxies: trustedNets})
 
 	rg := newRig(t, nil)
-	lim, err := middleware.New(rg.th, []middleware.Subject{{Policy: p, Identify: untrusted}})
+	lim, err := middleware.New(rg.th, []middleware.Rule{{Policy: p, Identify: untrusted}})
 	require.NoError(t, err)
 	srv := serve(t, lim, statusHandler)
 	rp := get(t, srv, "/", "X-Forwarded-For", "198.51.100.1")
@@ -297,7 +298,7 @@ func TestSpoofedForwardedForOverHTTP(t *testing.T) {
 	assert.Equal(t, http.StatusTooManyRequests, rp.status, "a new spoofed address does not buy a new quota")
 
 	rg = newRig(t, nil)
-	lim, err = middleware.New(rg.th, []middleware.Subject{{Policy: p, Identify: trusted}})
+	lim, err = middleware.New(rg.th, []middleware.Rule{{Policy: p, Identify: trusted}})
 	require.NoError(t, err)
 	srv = serve(t, lim, statusHandler)
 	rp = get(t, srv, "/", "X-Forwarded-For", "198.51.100.1")
@@ -335,7 +336,7 @@ func TestIPAndUserSubjects(t *testing.T) {
 	rg := newRig(t, nil)
 	anon := policy(t, "anon", "10/min")
 	users := policy(t, "users", "2/min")
-	lim, err := middleware.New(rg.th, []middleware.Subject{
+	lim, err := middleware.New(rg.th, []middleware.Rule{
 		{Policy: anon, Identify: middleware.ClientIP(middleware.ClientIPOptions{}), Resource: "ip"},
 		{Policy: users, Identify: middleware.User(userFromContext), Resource: "user"},
 	})
@@ -346,17 +347,17 @@ func TestIPAndUserSubjects(t *testing.T) {
 
 	rp := get(t, srv, "/", alice...)
 	require.Equal(t, http.StatusOK, rp.status)
-	assert.Equal(t, "user", rp.header.Get(throttler.HeaderResource), "the user has the least left")
-	assert.Equal(t, bothPolicies, rp.header.Get(throttler.HeaderRateLimitPolicy))
-	assert.Equal(t, `"user";r=1;t=60`, rp.header.Get(throttler.HeaderRateLimit))
+	assert.Equal(t, "user", rp.header.Get(middleware.HeaderResource), "the user has the least left")
+	assert.Equal(t, bothPolicies, rp.header.Get(middleware.HeaderRateLimitPolicy))
+	assert.Equal(t, `"user";r=1;t=60`, rp.header.Get(middleware.HeaderRateLimit))
 	assert.Equal(t, "alice", rp.body, "the binding subject's identifier")
 
 	get(t, srv, "/", alice...)
 	rp = get(t, srv, "/", alice...)
 	require.Equal(t, http.StatusTooManyRequests, rp.status)
-	assert.Equal(t, "user", rp.header.Get(throttler.HeaderResource))
-	assert.Equal(t, bothPolicies, rp.header.Get(throttler.HeaderRateLimitPolicy), "same policy field whichever subject binds")
-	assert.Equal(t, `"user";r=0;t=60`, rp.header.Get(throttler.HeaderRateLimit))
+	assert.Equal(t, "user", rp.header.Get(middleware.HeaderResource))
+	assert.Equal(t, bothPolicies, rp.header.Get(middleware.HeaderRateLimitPolicy), "same policy field whichever subject binds")
+	assert.Equal(t, `"user";r=0;t=60`, rp.header.Get(middleware.HeaderRateLimit))
 	var prob middleware.Problem
 	require.NoError(t, json.Unmarshal([]byte(rp.body), &prob))
 	assert.Equal(t, []string{"user"}, prob.ViolatedPolicies)
@@ -368,9 +369,9 @@ func TestIPAndUserSubjects(t *testing.T) {
 
 	rp = get(t, srv, "/")
 	require.Equal(t, http.StatusOK, rp.status, "anonymous: the IP subject alone")
-	assert.Equal(t, "ip", rp.header.Get(throttler.HeaderResource))
-	assert.Equal(t, `"ip";q=10;w=60`, rp.header.Get(throttler.HeaderRateLimitPolicy))
-	assert.EqualValues(t, 7, headerInt(t, rp.header, throttler.HeaderRemaining))
+	assert.Equal(t, "ip", rp.header.Get(middleware.HeaderResource))
+	assert.Equal(t, `"ip";q=10;w=60`, rp.header.Get(middleware.HeaderRateLimitPolicy))
+	assert.EqualValues(t, 7, headerInt(t, rp.header, middleware.HeaderRemaining))
 
 	// A 304 for a signed-in request refunds both subjects.
 	rg.clock.Advance(time.Minute)
@@ -393,7 +394,7 @@ func TestUnlessSplitsAnonymousFromUsers(t *testing.T) {
 	anon := policy(t, "anon", "1/min")
 	users := policy(t, "users", "5/min")
 	user := middleware.User(userFromContext)
-	lim, err := middleware.New(rg.th, []middleware.Subject{
+	lim, err := middleware.New(rg.th, []middleware.Rule{
 		{Policy: anon, Identify: middleware.Unless(middleware.ClientIP(middleware.ClientIPOptions{}), user)},
 		{Policy: users, Identify: user},
 	})
@@ -402,7 +403,7 @@ func TestUnlessSplitsAnonymousFromUsers(t *testing.T) {
 	for range 3 {
 		rp := get(t, srv, "/", "Authorization", "Bearer bob")
 		require.Equal(t, http.StatusOK, rp.status)
-		assert.Equal(t, `"users";q=5;w=60`, rp.header.Get(throttler.HeaderRateLimitPolicy))
+		assert.Equal(t, `"users";q=5;w=60`, rp.header.Get(middleware.HeaderRateLimitPolicy))
 	}
 	assert.Equal(t, http.StatusOK, get(t, srv, "/").status)
 	assert.Equal(t, http.StatusTooManyRequests, get(t, srv, "/").status)
@@ -416,28 +417,28 @@ func TestDegradedBackend(t *testing.T) {
 	closed := policy(t, "closed", "3/min", throttler.WithFailureMode(throttler.FailClosed))
 	ip := middleware.ClientIP(middleware.ClientIPOptions{})
 
-	lim, err := middleware.New(rg.th, []middleware.Subject{{Policy: open, Identify: ip}})
+	lim, err := middleware.New(rg.th, []middleware.Rule{{Policy: open, Identify: ip}})
 	require.NoError(t, err)
 	rp := get(t, serve(t, lim, statusHandler), "/")
 	assert.Equal(t, http.StatusOK, rp.status)
-	assert.Equal(t, "1", rp.header.Get(throttler.HeaderDegraded))
-	assert.Equal(t, "3", rp.header.Get(throttler.HeaderLimit))
-	assert.Equal(t, `"open";q=3;w=60`, rp.header.Get(throttler.HeaderRateLimitPolicy))
-	for _, name := range []string{throttler.HeaderRemaining, throttler.HeaderUsed, throttler.HeaderReset,
-		throttler.HeaderRateLimit, throttler.HeaderRetryAfter} {
+	assert.Equal(t, "1", rp.header.Get(middleware.HeaderDegraded))
+	assert.Equal(t, "3", rp.header.Get(middleware.HeaderLimit))
+	assert.Equal(t, `"open";q=3;w=60`, rp.header.Get(middleware.HeaderRateLimitPolicy))
+	for _, name := range []string{middleware.HeaderRemaining, middleware.HeaderUsed, middleware.HeaderReset,
+		middleware.HeaderRateLimit, middleware.HeaderRetryAfter} {
 		assert.Empty(t, rp.header.Values(name), "%s is not known when the store failed", name)
 	}
 	d := rg.decisions.last(t)
 	assert.True(t, d.Degraded)
 	assert.ErrorIs(t, d.Err, errStoreDown)
 
-	lim, err = middleware.New(rg.th, []middleware.Subject{{Policy: closed, Identify: ip}})
+	lim, err = middleware.New(rg.th, []middleware.Rule{{Policy: closed, Identify: ip}})
 	require.NoError(t, err)
 	rp = get(t, serve(t, lim, statusHandler), "/")
 	assert.Equal(t, http.StatusServiceUnavailable, rp.status)
-	assert.Equal(t, "1", rp.header.Get(throttler.HeaderDegraded))
-	assert.Equal(t, "1", rp.header.Get(throttler.HeaderRetryAfter))
-	assert.Empty(t, rp.header.Values(throttler.HeaderRateLimit))
+	assert.Equal(t, "1", rp.header.Get(middleware.HeaderDegraded))
+	assert.Equal(t, "1", rp.header.Get(middleware.HeaderRetryAfter))
+	assert.Empty(t, rp.header.Values(middleware.HeaderRateLimit))
 	prob := decodeProblem(t, rp)
 	assert.Equal(t, middleware.TypeTemporaryReducedCapacity, prob.Type)
 	assert.Equal(t, http.StatusServiceUnavailable, prob.Status)
@@ -480,16 +481,16 @@ func TestNeverAllowed(t *testing.T) {
 				}
 				return n
 			})
-			lim, err := middleware.New(rg.th, []middleware.Subject{{Policy: p, Identify: middleware.ClientIP(middleware.ClientIPOptions{})}},
+			lim, err := middleware.New(rg.th, []middleware.Rule{{Policy: p, Identify: middleware.ClientIP(middleware.ClientIPOptions{})}},
 				append([]middleware.Option{cost}, tc.opts...)...)
 			require.NoError(t, err)
 			srv := serve(t, lim, statusHandler)
 
 			rp := get(t, srv, "/", "X-Cost", "4")
 			assert.Equal(t, tc.status, rp.status)
-			assert.Empty(t, rp.header.Values(throttler.HeaderRetryAfter), "never a finite Retry-After")
-			assert.Equal(t, `"api";r=0`, rp.header.Get(throttler.HeaderRateLimit), "no reset parameter")
-			assert.Equal(t, "0", rp.header.Get(throttler.HeaderRemaining))
+			assert.Empty(t, rp.header.Values(middleware.HeaderRetryAfter), "never a finite Retry-After")
+			assert.Equal(t, `"api";r=0`, rp.header.Get(middleware.HeaderRateLimit), "no reset parameter")
+			assert.Equal(t, "0", rp.header.Get(middleware.HeaderRemaining))
 			prob := decodeProblem(t, rp)
 			assert.Equal(t, middleware.TypeCostExceedsLimit, prob.Type)
 			assert.Equal(t, []string{"api"}, prob.ViolatedPolicies)
@@ -498,7 +499,7 @@ func TestNeverAllowed(t *testing.T) {
 
 			rp = get(t, srv, "/", "X-Cost", "3")
 			assert.Equal(t, http.StatusOK, rp.status, "the refused request spent nothing")
-			assert.Equal(t, "0", rp.header.Get(throttler.HeaderRemaining))
+			assert.Equal(t, "0", rp.header.Get(middleware.HeaderRemaining))
 		})
 	}
 }
@@ -516,7 +517,7 @@ func TestDenialProblem(t *testing.T) {
 			if status != 0 {
 				opts, want = append(opts, middleware.WithDenyStatus(status)), status
 			}
-			lim, err := middleware.New(rg.th, []middleware.Subject{{Policy: p, Identify: middleware.Header("X-Api-Key")}}, opts...)
+			lim, err := middleware.New(rg.th, []middleware.Rule{{Policy: p, Identify: middleware.Header("X-Api-Key")}}, opts...)
 			require.NoError(t, err)
 			srv := serve(t, lim, statusHandler)
 			require.Equal(t, http.StatusOK, get(t, srv, "/", "X-Api-Key", token).status)
@@ -528,7 +529,7 @@ func TestDenialProblem(t *testing.T) {
 			assert.Equal(t, "Quota Exceeded", prob.Title)
 			assert.Equal(t, []string{"core:1/min"}, prob.ViolatedPolicies)
 			assert.Equal(t, `Quota "core:1/min" (1/min) is spent; try again in 40 s.`, prob.Detail)
-			assert.Equal(t, "40", rp.header.Get(throttler.HeaderRetryAfter))
+			assert.Equal(t, "40", rp.header.Get(middleware.HeaderRetryAfter))
 			assert.NotContains(t, rp.body, token)
 			for name, values := range rp.header {
 				assert.NotContains(t, strings.Join(values, " "), token, name)
@@ -541,7 +542,7 @@ func TestDenialProblem(t *testing.T) {
 func TestHashedHeaderIdentifier(t *testing.T) {
 	rg := newRig(t, nil)
 	p := policy(t, "api", "5/min")
-	lim, err := middleware.New(rg.th, []middleware.Subject{{Policy: p, Identify: middleware.Hashed(middleware.Header("X-Api-Key"))}})
+	lim, err := middleware.New(rg.th, []middleware.Rule{{Policy: p, Identify: middleware.Hashed(middleware.Header("X-Api-Key"))}})
 	require.NoError(t, err)
 	rp := get(t, serve(t, lim, statusHandler), "/", "X-Api-Key", "tok")
 	require.Equal(t, http.StatusOK, rp.status)
@@ -552,9 +553,9 @@ func TestHashedHeaderIdentifier(t *testing.T) {
 
 // TestErrorHandling routes throttler errors to the error handler.
 func TestErrorHandling(t *testing.T) {
-	longKey := strings.Repeat("k", throttler.MaxIdentifierLen+1)
+	longKey := strings.Repeat("k", driver.MaxIdentifierLen+1)
 	p := policy(t, "api", "5/min")
-	subjects := []middleware.Subject{{Policy: p, Identify: middleware.Header("X-Api-Key")}}
+	subjects := []middleware.Rule{{Policy: p, Identify: middleware.Header("X-Api-Key")}}
 
 	t.Run("default: invalid identifier is 400", func(t *testing.T) {
 		lim, err := middleware.New(newRig(t, nil).th, subjects)
@@ -562,7 +563,7 @@ func TestErrorHandling(t *testing.T) {
 		rp := get(t, serve(t, lim, statusHandler), "/", "X-Api-Key", longKey)
 		assert.Equal(t, http.StatusBadRequest, rp.status)
 		assert.Equal(t, "about:blank", decodeProblem(t, rp).Type)
-		assert.Empty(t, rp.header.Values(throttler.HeaderLimit))
+		assert.Empty(t, rp.header.Values(middleware.HeaderLimit))
 		assert.NotContains(t, rp.body, longKey)
 	})
 	t.Run("default: negative cost is 400", func(t *testing.T) {
@@ -577,7 +578,7 @@ func TestErrorHandling(t *testing.T) {
 		require.NoError(t, err)
 		rp := get(t, serve(t, lim, statusHandler), "/", "X-Api-Key", longKey)
 		assert.Equal(t, http.StatusOK, rp.status)
-		assert.Empty(t, rp.header.Values(throttler.HeaderLimit), "no decision, no headers")
+		assert.Empty(t, rp.header.Values(middleware.HeaderLimit), "no decision, no headers")
 	})
 	t.Run("custom", func(t *testing.T) {
 		errs := make(chan error, 1)
@@ -597,14 +598,14 @@ func TestErrorHandling(t *testing.T) {
 // TestNoSubjectApplies: a request no subject names passes untouched.
 func TestNoSubjectApplies(t *testing.T) {
 	rg := newRig(t, nil)
-	lim, err := middleware.New(rg.th, []middleware.Subject{{Policy: policy(t, "api", "1/min"), Identify: middleware.Header("X-Api-Key")}})
+	lim, err := middleware.New(rg.th, []middleware.Rule{{Policy: policy(t, "api", "1/min"), Identify: middleware.Header("X-Api-Key")}})
 	require.NoError(t, err)
 	srv := serve(t, lim, statusHandler)
 	for range 3 {
 		rp := get(t, srv, "/")
 		assert.Equal(t, http.StatusOK, rp.status)
 		assert.Empty(t, rp.body, "no Result in the context")
-		for _, name := range []string{throttler.HeaderLimit, throttler.HeaderRateLimit, throttler.HeaderRateLimitPolicy} {
+		for _, name := range []string{middleware.HeaderLimit, middleware.HeaderRateLimit, middleware.HeaderRateLimitPolicy} {
 			assert.Empty(t, rp.header.Values(name))
 		}
 	}
@@ -613,8 +614,8 @@ func TestNoSubjectApplies(t *testing.T) {
 // TestHeaderFamiliesOff switches every family off over HTTP.
 func TestHeaderFamiliesOff(t *testing.T) {
 	rg := newRig(t, nil)
-	lim, err := middleware.New(rg.th, []middleware.Subject{{Policy: policy(t, "api", "1/min"), Identify: middleware.ClientIP(middleware.ClientIPOptions{})}},
-		middleware.WithHeaderOptions(throttler.HeaderOptions{OmitGitHub: true, OmitRateLimitPolicy: true,
+	lim, err := middleware.New(rg.th, []middleware.Rule{{Policy: policy(t, "api", "1/min"), Identify: middleware.ClientIP(middleware.ClientIPOptions{})}},
+		middleware.WithHeaderOptions(middleware.HeaderOptions{OmitGitHub: true, OmitRateLimitPolicy: true,
 			OmitRateLimit: true, OmitRetryAfter: true, OmitDegraded: true, Resource: "ignored"}))
 	require.NoError(t, err)
 	srv := serve(t, lim, statusHandler)
@@ -623,14 +624,14 @@ func TestHeaderFamiliesOff(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, rp.status)
 	for name := range rp.header {
 		assert.NotContains(t, strings.ToLower(name), "ratelimit", name)
-		assert.NotEqual(t, throttler.HeaderRetryAfter, name)
+		assert.NotEqual(t, middleware.HeaderRetryAfter, name)
 	}
 }
 
 // TestCustomDenyHandler replaces the body and keeps the headers.
 func TestCustomDenyHandler(t *testing.T) {
 	rg := newRig(t, nil)
-	lim, err := middleware.New(rg.th, []middleware.Subject{{Policy: policy(t, "api", "1/min"), Identify: middleware.ClientIP(middleware.ClientIPOptions{})}},
+	lim, err := middleware.New(rg.th, []middleware.Rule{{Policy: policy(t, "api", "1/min"), Identify: middleware.ClientIP(middleware.ClientIPOptions{})}},
 		middleware.WithDenyHandler(func(w http.ResponseWriter, r *http.Request, res throttler.Result, p middleware.Problem) {
 			w.Header().Set("Content-Type", "text/plain")
 			w.WriteHeader(p.Status)
@@ -642,29 +643,29 @@ func TestCustomDenyHandler(t *testing.T) {
 	rp := get(t, srv, "/")
 	assert.Equal(t, http.StatusTooManyRequests, rp.status)
 	assert.Equal(t, "slow down, retry in 60", rp.body)
-	assert.Equal(t, "0", rp.header.Get(throttler.HeaderRemaining))
+	assert.Equal(t, "0", rp.header.Get(middleware.HeaderRemaining))
 }
 
-// TestNewRejectsBadConfig: every configuration mistake is an ErrConfig.
+// TestNewRejectsBadConfig: every configuration mistake is an driver.ErrInvalidOption.
 func TestNewRejectsBadConfig(t *testing.T) {
 	th := newRig(t, nil).th
 	p := policy(t, "api", "1/min")
 	q := policy(t, "other", "1/min")
 	ip := middleware.ClientIP(middleware.ClientIPOptions{})
-	ok := []middleware.Subject{{Policy: p, Identify: ip}}
+	ok := []middleware.Rule{{Policy: p, Identify: ip}}
 	for _, tc := range []struct {
 		name     string
 		th       *throttler.Throttler
-		subjects []middleware.Subject
+		subjects []middleware.Rule
 		opts     []middleware.Option
 	}{
 		{"nil throttler", nil, ok, nil},
 		{"no subjects", th, nil, nil},
-		{"nil policy", th, []middleware.Subject{{Identify: ip}}, nil},
-		{"zero policy", th, []middleware.Subject{{Policy: &throttler.Policy{}, Identify: ip}}, nil},
-		{"nil identify", th, []middleware.Subject{{Policy: p}}, nil},
-		{"shared policy", th, []middleware.Subject{{Policy: p, Identify: ip}, {Policy: p, Identify: ip, Resource: "b"}}, nil},
-		{"shared resource", th, []middleware.Subject{{Policy: p, Identify: ip}, {Policy: q, Identify: ip, Resource: "api"}}, nil},
+		{"nil policy", th, []middleware.Rule{{Identify: ip}}, nil},
+		{"zero policy", th, []middleware.Rule{{Policy: &throttler.Policy{}, Identify: ip}}, nil},
+		{"nil identify", th, []middleware.Rule{{Policy: p}}, nil},
+		{"shared policy", th, []middleware.Rule{{Policy: p, Identify: ip}, {Policy: p, Identify: ip, Resource: "b"}}, nil},
+		{"shared resource", th, []middleware.Rule{{Policy: p, Identify: ip}, {Policy: q, Identify: ip, Resource: "api"}}, nil},
 		{"status 0", th, ok, []middleware.Option{middleware.WithDenyStatus(0)}},
 		{"status 1000", th, ok, []middleware.Option{middleware.WithDegradedStatus(1000)}},
 		{"status 103", th, ok, []middleware.Option{middleware.WithNeverAllowedStatus(103)}},
@@ -675,7 +676,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			lim, err := middleware.New(tc.th, tc.subjects, tc.opts...)
 			assert.Nil(t, lim)
-			assert.True(t, errors.Is(err, middleware.ErrConfig), "%v", err)
+			assert.True(t, errors.Is(err, driver.ErrInvalidOption), "%v", err)
 		})
 	}
 }

@@ -64,7 +64,7 @@ func WriteProblem(w http.ResponseWriter, p Problem) {
 
 // ErrorHandler answers a request the throttler could not decide because of
 // an error: invalid input (an identifier longer than
-// throttler.MaxIdentifierLen, a negative cost), a misconfigured throttler,
+// driver.MaxIdentifierLen, a negative cost), a misconfigured throttler,
 // or the request's own context ending. A backend failure is not such an
 // error: the policy's failure mode decides those. Returning true serves the
 // request unthrottled, without rate-limit headers; the handler must then

@@ -4,26 +4,24 @@ import (
 	"context"
 	"testing"
 
-	"github.com/throttlekit/throttlekit/backend/memory"
-	"github.com/throttlekit/throttlekit/throttler"
+	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
+	"github.com/throttlekit/throttlekit/internal/testkit"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // BenchmarkDecide measures one decision through the rollout layer over
 // memory backends against the bare memory backend, for each mode and both
-// flag sources, at 50%. The overhead of the layer in split mode is the
+// static flag source, at 50% (the Unleash source is one atomic load too). The overhead of the layer in split mode is the
 // difference from "bare"; mirror and shadow make a second backend call by
 // design.
 func BenchmarkDecide(b *testing.B) {
-	flags := newFlagServer(b, 50)
-	unleashSrc := newTestUnleashSource(b, flags)
-	waitPercent(b, unleashSrc, 50)
 	static := mustStatic(b, 50)
 	policy := mustPolicy(b, "bench", "1000000000/h")
 	idents := ids(1024)
 	ctx := context.Background()
 
-	run := func(b *testing.B, backend throttler.Backend) {
-		req := throttler.Request{Policy: policy, Cost: 1, Now: t0}
+	run := func(b *testing.B, backend driver.Backend) {
+		req := driver.Request{Policy: testkit.Compile(b, policy), Cost: 1, Now: t0}
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
@@ -33,14 +31,14 @@ func BenchmarkDecide(b *testing.B) {
 			}
 		}
 	}
-	b.Run("bare", func(b *testing.B) { run(b, memory.New()) })
+	b.Run("bare", func(b *testing.B) { run(b, memorybackend.New()) })
 	for _, src := range []struct {
 		name string
 		src  FlagSource
-	}{{"static", static}, {"unleash", unleashSrc}} {
+	}{{"static", static}} {
 		for _, mode := range []Mode{SplitMode, MirrorMode, ShadowMode} {
 			b.Run(mode.String()+"-"+src.name, func(b *testing.B) {
-				run(b, mustRollout(b, memory.New(), memory.New(), src.src, WithMode(mode)))
+				run(b, mustRollout(b, memorybackend.New(), memorybackend.New(), src.src, WithMode(mode)))
 			})
 		}
 	}
@@ -49,16 +47,13 @@ func BenchmarkDecide(b *testing.B) {
 // BenchmarkDecideParallel is BenchmarkDecide's split mode from every
 // processor at once: the flag lookup must add no contention.
 func BenchmarkDecideParallel(b *testing.B) {
-	flags := newFlagServer(b, 50)
-	unleashSrc := newTestUnleashSource(b, flags)
-	waitPercent(b, unleashSrc, 50)
 	policy := mustPolicy(b, "bench", "1000000000/h")
 	idents := ids(1024)
 	ctx := context.Background()
-	run := func(b *testing.B, backend throttler.Backend) {
+	run := func(b *testing.B, backend driver.Backend) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
-			req := throttler.Request{Policy: policy, Cost: 1, Now: t0}
+			req := driver.Request{Policy: testkit.Compile(b, policy), Cost: 1, Now: t0}
 			i := 0
 			for pb.Next() {
 				req.Identifier = idents[i&1023]
@@ -69,23 +64,20 @@ func BenchmarkDecideParallel(b *testing.B) {
 			}
 		})
 	}
-	b.Run("bare", func(b *testing.B) { run(b, memory.New()) })
-	b.Run("split-unleash", func(b *testing.B) {
-		run(b, mustRollout(b, memory.New(), memory.New(), unleashSrc))
+	b.Run("bare", func(b *testing.B) { run(b, memorybackend.New()) })
+	b.Run("split-static", func(b *testing.B) {
+		run(b, mustRollout(b, memorybackend.New(), memorybackend.New(), mustStatic(b, 50)))
 	})
 }
 
 // BenchmarkSide is the routing alone: one atomic load and one murmur3 hash.
 func BenchmarkSide(b *testing.B) {
-	flags := newFlagServer(b, 50)
-	unleashSrc := newTestUnleashSource(b, flags)
-	waitPercent(b, unleashSrc, 50)
 	idents := ids(1024)
 	for _, src := range []struct {
 		name string
 		src  FlagSource
-	}{{"static", mustStatic(b, 50)}, {"unleash", unleashSrc}} {
-		rb := mustRollout(b, memory.New(), memory.New(), src.src)
+	}{{"static", mustStatic(b, 50)}} {
+		rb := mustRollout(b, memorybackend.New(), memorybackend.New(), src.src)
 		b.Run(src.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {

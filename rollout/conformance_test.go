@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/throttlekit/throttlekit/backend/memory"
+	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
 	"github.com/throttlekit/throttlekit/conformance"
-	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // rolloutHarness holds the two memory backends every rollout Backend of one
@@ -15,12 +15,12 @@ import (
 // a new rollout Backend (with its own static source at the same
 // percentage) over the same two.
 type rolloutHarness struct {
-	oldB, newB *memory.Backend
+	oldB, newB *memorybackend.Backend
 	percent    int
 	mode       Mode
 }
 
-func (h *rolloutHarness) MakeBackend(context.Context) (throttler.Backend, error) {
+func (h *rolloutHarness) MakeBackend(context.Context) (driver.Backend, error) {
 	src, err := NewStaticSource(h.percent)
 	if err != nil {
 		return nil, err
@@ -37,7 +37,7 @@ func TestConformance(t *testing.T) {
 		for _, percent := range []int{0, 50, 100} {
 			t.Run(fmt.Sprintf("%s/%d%%", mode, percent), func(t *testing.T) {
 				conformance.Run(t, func(context.Context, testing.TB) (conformance.Harness, error) {
-					return &rolloutHarness{oldB: memory.New(), newB: memory.New(), percent: percent, mode: mode}, nil
+					return &rolloutHarness{oldB: memorybackend.New(), newB: memorybackend.New(), percent: percent, mode: mode}, nil
 				})
 			})
 		}

@@ -3,8 +3,8 @@
 // Redis, say) needs no deploy: raise the percentage and the new backend
 // serves more identifiers; lower it, or switch the flag off, to go back.
 //
-// A Backend wraps an old and a new throttler.Backend and is itself a
-// throttler.Backend, so a throttler.Throttler uses it like any store:
+// A Backend wraps an old and a new driver.Backend and is itself a
+// driver.Backend, so a throttler.Throttler uses it like any store:
 //
 //	flag, err := rollout.NewUnleashSource("ratelimit-redis", rollout.WithUnleashConfig(
 //		unleash.WithUrl("https://unleash.example.com/api/"),
@@ -74,7 +74,7 @@
 //     cost 0 when it has none.
 //   - Refund goes to the serving backend; in MirrorMode and ShadowMode to
 //     the other one too, because it recorded the units as well. A serving
-//     backend without Refunder gives throttler.ErrUnsupported; a secondary
+//     backend without Refunder gives errors.ErrUnsupported; a secondary
 //     without one is skipped.
 //   - Reset resets both backends, whichever serves the identifier, so a
 //     later move finds nothing stale; the error joins either failure.

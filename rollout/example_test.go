@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/throttlekit/throttlekit/backend/memory"
+	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
 	"github.com/throttlekit/throttlekit/rollout"
 	"github.com/throttlekit/throttlekit/throttler"
 )
@@ -17,7 +17,7 @@ import (
 func Example() {
 	ctx := context.Background()
 	clock := throttler.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
-	oldStore, newStore := memory.New(), memory.New()
+	oldStore, newStore := memorybackend.New(), memorybackend.New()
 	percent, err := rollout.NewStaticSource(0)
 	if err != nil {
 		fmt.Println(err)
@@ -28,7 +28,11 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	th := throttler.New(backend, throttler.WithClock(clock))
+	th, err := throttler.New(backend, throttler.WithClock(clock))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	policy, err := throttler.ParsePolicy("api", "5/min")
 	if err != nil {
 		fmt.Println(err)

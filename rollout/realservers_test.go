@@ -10,9 +10,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttlekit/throttlekit/backend/memcached"
-	"github.com/throttlekit/throttlekit/backend/redis"
+	memcachedbackend "github.com/throttlekit/throttlekit/backend/memcached"
+	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
 	"github.com/throttlekit/throttlekit/internal/localserver"
+	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 )
 
@@ -28,13 +29,13 @@ func TestMirrorMemcachedToRedis(t *testing.T) {
 	mc := localserver.MemcachedT(t, localserver.MemcachedOptions{})
 	rd := localserver.RedisT(t, localserver.RedisOptions{})
 
-	mcClient, err := memcached.NewClient(time.Second, mc.Addr())
+	mcClient, err := memcachedbackend.NewClient(time.Second, mc.Addr())
 	require.NoError(t, err)
-	oldB, err := memcached.New(mcClient, memcached.WithPrefix("rollout-test"))
+	oldB, err := memcachedbackend.New(mcClient, memcachedbackend.WithPrefix("rollout-test"))
 	require.NoError(t, err)
 	rdClient := goredis.NewClient(&goredis.Options{Addr: rd.Addr()})
 	t.Cleanup(func() { _ = rdClient.Close() })
-	newB, err := redis.New(rdClient, redis.WithPrefix("rollout-test:"))
+	newB, err := redisbackend.New(rdClient, redisbackend.WithPrefix("rollout-test:"))
 	require.NoError(t, err)
 
 	src := mustStatic(t, 50)
@@ -44,7 +45,7 @@ func TestMirrorMemcachedToRedis(t *testing.T) {
 	ctx := context.Background()
 	// A generous per-call timeout: a slow -race run must never turn into a
 	// degraded (fail-open) result.
-	th := throttler.New(rb, throttler.WithClock(clock), throttler.WithTimeout(5*time.Second))
+	th := testkit.Throttler(t, rb, throttler.WithClock(clock), throttler.WithCallTimeout(5*time.Second))
 
 	for _, tc := range []struct{ name, limits string }{
 		{"fixed", "20/min, 100/h"},
@@ -55,8 +56,8 @@ func TestMirrorMemcachedToRedis(t *testing.T) {
 			require.NoError(t, src.Set(50))
 			clock.Set(t0)
 			policy := mustPolicy(t, "mirror-"+tc.name, tc.limits)
-			oldV := view{th: throttler.New(oldB, throttler.WithClock(clock), throttler.WithTimeout(5*time.Second)), p: policy}
-			newV := view{th: throttler.New(newB, throttler.WithClock(clock), throttler.WithTimeout(5*time.Second)), p: policy}
+			oldV := view{th: testkit.Throttler(t, oldB, throttler.WithClock(clock), throttler.WithCallTimeout(5*time.Second)), p: policy}
+			newV := view{th: testkit.Throttler(t, newB, throttler.WithClock(clock), throttler.WithCallTimeout(5*time.Second)), p: policy}
 			const quota = 20
 
 			// At 50%: identifier i spends i%15+1 units, one request at a
@@ -132,7 +133,7 @@ func TestMirrorMemcachedToRedis(t *testing.T) {
 				WithMismatchHandler(func(m Mismatch) {
 					mismatches = append(mismatches, fmt.Sprintf("%s: %s", m.Request.Identifier, m.Kinds))
 				}))
-			sth := throttler.New(shadow, throttler.WithClock(clock), throttler.WithTimeout(5*time.Second))
+			sth := testkit.Throttler(t, shadow, throttler.WithClock(clock), throttler.WithCallTimeout(5*time.Second))
 			for _, id := range all {
 				_, err := th.Refund(ctx, policy, id, 1)
 				require.NoError(t, err)

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // Mode says how a Backend uses the backend that does not serve an
@@ -45,13 +45,13 @@ func (m Mode) String() string {
 // that races with other writers.
 const mirrorAttempts = 3
 
-// Backend is a throttler.Backend over an old and a new backend. For every
+// Backend is a driver.Backend over an old and a new backend. For every
 // request its FlagSource says which of the two serves the identifier; the
 // Mode says what the other one sees. It implements Peeker, Refunder,
 // Resetter and Pinger, forwarding each as its doc says. It is safe for
 // concurrent use.
 type Backend struct {
-	backends    [2]throttler.Backend
+	backends    [2]driver.Backend
 	source      FlagSource
 	mode        Mode
 	fallback    Side
@@ -85,21 +85,21 @@ func WithSecondaryErrorHandler(f func(error)) Option {
 }
 
 // New returns a Backend that moves identifiers from oldBackend to newBackend
-// as source says. The error wraps ErrInvalidConfig.
-func New(oldBackend, newBackend throttler.Backend, source FlagSource, opts ...Option) (*Backend, error) {
-	b := &Backend{backends: [2]throttler.Backend{oldBackend, newBackend}, source: source}
+// as source says. The error wraps driver.ErrInvalidOption.
+func New(oldBackend, newBackend driver.Backend, source FlagSource, opts ...Option) (*Backend, error) {
+	b := &Backend{backends: [2]driver.Backend{oldBackend, newBackend}, source: source}
 	for _, opt := range opts {
 		opt(b)
 	}
 	switch {
 	case oldBackend == nil || newBackend == nil:
-		return nil, fmt.Errorf("%w: nil backend", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: nil backend", driver.ErrInvalidOption)
 	case source == nil:
-		return nil, fmt.Errorf("%w: nil flag source", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: nil flag source", driver.ErrInvalidOption)
 	case b.mode < SplitMode || b.mode > ShadowMode:
-		return nil, fmt.Errorf("%w: unknown mode %d", ErrInvalidConfig, int(b.mode))
+		return nil, fmt.Errorf("%w: unknown mode %d", driver.ErrInvalidOption, int(b.mode))
 	case b.fallback != SideOld && b.fallback != SideNew:
-		return nil, fmt.Errorf("%w: unknown default side %d", ErrInvalidConfig, int(b.fallback))
+		return nil, fmt.Errorf("%w: unknown default side %d", driver.ErrInvalidOption, int(b.fallback))
 	}
 	return b, nil
 }
@@ -108,7 +108,7 @@ func New(oldBackend, newBackend throttler.Backend, source FlagSource, opts ...Op
 func (b *Backend) Mode() Mode { return b.mode }
 
 // Backends returns the old and the new backend.
-func (b *Backend) Backends() (oldBackend, newBackend throttler.Backend) {
+func (b *Backend) Backends() (oldBackend, newBackend driver.Backend) {
 	return b.backends[SideOld], b.backends[SideNew]
 }
 
@@ -127,7 +127,7 @@ func (b *Backend) Side(identifier string) Side {
 // ready reports whether b was built by New.
 func (b *Backend) ready() error {
 	if b == nil || b.source == nil || b.backends[SideOld] == nil || b.backends[SideNew] == nil {
-		return ErrNotInitialized
+		return fmt.Errorf("%w: rollout.Backend not built by New", driver.ErrNotInitialized)
 	}
 	return nil
 }
@@ -141,21 +141,24 @@ func (b *Backend) route(identifier string) Side {
 	return b.fallback
 }
 
-// Decide implements throttler.Backend. The serving backend decides. In
+// Decide implements driver.Backend. The serving backend decides. In
 // MirrorMode, when it allows a request of cost > 0, the same units are then
 // recorded on the other backend (see MirrorMode); when it denies, neither
 // changes. In ShadowMode the other backend then decides the same request
 // and the two outcomes are compared. Failures of the other backend never
 // change the outcome returned.
-func (b *Backend) Decide(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+func (b *Backend) Decide(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	if err := b.ready(); err != nil {
-		return throttler.Outcome{}, err
+		return driver.Outcome{}, err
 	}
 	side := b.route(req.Identifier)
 	out, err := b.backends[side].Decide(ctx, req)
 	if err != nil || b.mode == SplitMode {
 		return out, err
 	}
+	// The serving backend's outcome may live in req.Buffer: the second
+	// backend must not write over it.
+	req.Buffer = nil
 	if b.mode == MirrorMode {
 		if out.Allowed && req.Cost > 0 {
 			b.mirror(ctx, side.other(), req)
@@ -172,7 +175,7 @@ func (b *Backend) Decide(ctx context.Context, req throttler.Request) (throttler.
 // counts from before mirroring began), it takes as many as it can hold, so
 // that it is at least as full as its limits allow. Units it cannot take are
 // counted as a shortfall.
-func (b *Backend) mirror(ctx context.Context, side Side, req throttler.Request) {
+func (b *Backend) mirror(ctx context.Context, side Side, req driver.Request) {
 	secondary := b.backends[side]
 	cost := req.Cost
 	for attempt := 0; attempt < mirrorAttempts && cost > 0; attempt++ {
@@ -207,34 +210,26 @@ func (b *Backend) shortfall(units int64) {
 // headroom returns how many units one request could still consume at
 // req.Now under every limit of req.Policy, given the states a backend
 // reported.
-func headroom(req throttler.Request, states []throttler.State) int64 {
-	if len(states) != req.Policy.Len() {
-		return 0
-	}
-	r := throttler.Evaluate(req.Policy, req.Now, 0, true, states)
-	room := r.Limits[0].Remaining
-	for _, l := range r.Limits[1:] {
-		room = min(room, l.Remaining)
-	}
-	return max(room, 0)
+func headroom(req driver.Request, states []driver.State) int64 {
+	return driver.Headroom(req.Policy, req.Now, states)
 }
 
-// Peek implements throttler.Peeker: the serving backend answers, through
+// Peek implements driver.Peeker: the serving backend answers, through
 // its own Peek when it has one, otherwise through Decide with cost 0 (the
 // throttler's fallback). The other backend is not consulted in any mode.
-func (b *Backend) Peek(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+func (b *Backend) Peek(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	if err := b.ready(); err != nil {
-		return throttler.Outcome{}, err
+		return driver.Outcome{}, err
 	}
 	req.Cost = 0
 	backend := b.backends[b.Side(req.Identifier)]
-	if pk, ok := backend.(throttler.Peeker); ok {
+	if pk, ok := backend.(driver.Peeker); ok {
 		return pk.Peek(ctx, req)
 	}
 	return backend.Decide(ctx, req)
 }
 
-// Refund implements throttler.Refunder. The serving backend refunds and its
+// Refund implements driver.Refunder. The serving backend refunds and its
 // answer is returned. In MirrorMode and ShadowMode the other backend, which
 // recorded the units too, refunds them as well; its failure is counted and
 // reported, never returned. A refund gives back up to req.Cost units and
@@ -242,21 +237,22 @@ func (b *Backend) Peek(ctx context.Context, req throttler.Request) (throttler.Ou
 // shortfall, a shadow that denied) may end emptier than the primary.
 //
 // Fallback: a serving backend without Refunder makes Refund return an error
-// wrapping throttler.ErrUnsupported; a secondary without it is skipped.
-func (b *Backend) Refund(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+// wrapping errors.ErrUnsupported; a secondary without it is skipped.
+func (b *Backend) Refund(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	if err := b.ready(); err != nil {
-		return throttler.Outcome{}, err
+		return driver.Outcome{}, err
 	}
 	side := b.Side(req.Identifier)
-	rf, ok := b.backends[side].(throttler.Refunder)
+	rf, ok := b.backends[side].(driver.Refunder)
 	if !ok {
-		return throttler.Outcome{}, fmt.Errorf("%w: %s backend cannot refund", throttler.ErrUnsupported, side)
+		return driver.Outcome{}, fmt.Errorf("%w: %s backend cannot refund", errors.ErrUnsupported, side)
 	}
 	out, err := rf.Refund(ctx, req)
 	if err != nil || b.mode == SplitMode {
 		return out, err
 	}
-	if rf, ok := b.backends[side.other()].(throttler.Refunder); ok {
+	req.Buffer = nil // out may live in it
+	if rf, ok := b.backends[side.other()].(driver.Refunder); ok {
 		if _, err := rf.Refund(ctx, req); err != nil {
 			b.secondaryFailed(side.other(), "refund", err)
 		}
@@ -264,19 +260,19 @@ func (b *Backend) Refund(ctx context.Context, req throttler.Request) (throttler.
 	return out, nil
 }
 
-// Reset implements throttler.Resetter. It resets the identifier on both
+// Reset implements driver.Resetter. It resets the identifier on both
 // backends, whichever serves it, so that a later move finds nothing stale.
 // The error joins the failures of either backend; a backend without
-// Resetter gives an error wrapping throttler.ErrUnsupported.
-func (b *Backend) Reset(ctx context.Context, p *throttler.Policy, identifier string) error {
+// Resetter gives an error wrapping errors.ErrUnsupported.
+func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string) error {
 	if err := b.ready(); err != nil {
 		return err
 	}
 	var errs [2]error
 	for side, backend := range b.backends {
-		rs, ok := backend.(throttler.Resetter)
+		rs, ok := backend.(driver.Resetter)
 		if !ok {
-			errs[side] = fmt.Errorf("%w: %s backend cannot reset", throttler.ErrUnsupported, Side(side))
+			errs[side] = fmt.Errorf("%w: %s backend cannot reset", errors.ErrUnsupported, Side(side))
 			continue
 		}
 		if err := rs.Reset(ctx, p, identifier); err != nil {
@@ -286,7 +282,7 @@ func (b *Backend) Reset(ctx context.Context, p *throttler.Policy, identifier str
 	return errors.Join(errs[:]...)
 }
 
-// Ping implements throttler.Pinger. It pings both backends, because the
+// Ping implements driver.Pinger. It pings both backends, because the
 // split can send any identifier to either of them at any moment without a
 // deploy. The error joins both failures; a backend without Pinger counts as
 // reachable (the throttler's fallback).
@@ -296,7 +292,7 @@ func (b *Backend) Ping(ctx context.Context) error {
 	}
 	var errs [2]error
 	for side, backend := range b.backends {
-		if pg, ok := backend.(throttler.Pinger); ok {
+		if pg, ok := backend.(driver.Pinger); ok {
 			if err := pg.Ping(ctx); err != nil {
 				errs[side] = fmt.Errorf("%s backend: %w", Side(side), err)
 			}
@@ -315,11 +311,11 @@ func (b *Backend) secondaryFailed(side Side, op string, err error) {
 }
 
 var (
-	_ throttler.Backend  = (*Backend)(nil)
-	_ throttler.Peeker   = (*Backend)(nil)
-	_ throttler.Refunder = (*Backend)(nil)
-	_ throttler.Resetter = (*Backend)(nil)
-	_ throttler.Pinger   = (*Backend)(nil)
+	_ driver.Backend  = (*Backend)(nil)
+	_ driver.Peeker   = (*Backend)(nil)
+	_ driver.Refunder = (*Backend)(nil)
+	_ driver.Resetter = (*Backend)(nil)
+	_ driver.Pinger   = (*Backend)(nil)
 )
 
 // counters are the Backend's statistics. Split mode touches none of them on

@@ -10,8 +10,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttlekit/throttlekit/backend/memory"
+	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
+	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // sideIDs returns n identifiers that split sends to side.
@@ -32,7 +34,7 @@ func sideIDs(t testing.TB, sp *Split, side Side, n int) []string {
 
 func TestNewValidates(t *testing.T) {
 	src := mustStatic(t, 10)
-	m := memory.New()
+	m := memorybackend.New()
 	for name, build := range map[string]func() (*Backend, error){
 		"nil old":      func() (*Backend, error) { return New(nil, m, src) },
 		"nil new":      func() (*Backend, error) { return New(m, nil, src) },
@@ -41,14 +43,14 @@ func TestNewValidates(t *testing.T) {
 		"bad fallback": func() (*Backend, error) { return New(m, m, src, WithDefaultSide(Side(-1))) },
 	} {
 		_, err := build()
-		assert.ErrorIs(t, err, ErrInvalidConfig, name)
+		assert.ErrorIs(t, err, driver.ErrInvalidOption, name)
 	}
 	for _, p := range []int{-1, 101} {
 		_, err := NewStaticSource(p)
-		assert.ErrorIs(t, err, ErrInvalidPercent)
+		assert.ErrorIs(t, err, driver.ErrInvalidOption)
 		_, err = NewSplit(p, "g")
-		assert.ErrorIs(t, err, ErrInvalidPercent)
-		assert.ErrorIs(t, src.Set(p), ErrInvalidPercent)
+		assert.ErrorIs(t, err, driver.ErrInvalidOption)
+		assert.ErrorIs(t, src.Set(p), driver.ErrInvalidOption)
 		assert.Equal(t, 10, src.Percent(), "a refused Set keeps the split")
 	}
 	var zero StaticSource
@@ -68,7 +70,7 @@ func TestModeAndKindStrings(t *testing.T) {
 	sp, err := NewSplit(25, "g")
 	require.NoError(t, err)
 	assert.Equal(t, "25% new (group g)", sp.String())
-	assert.Equal(t, "off: 0% new (kill switch)", killSwitch("g").String())
+	assert.Equal(t, "off: 0% new (kill switch)", KillSwitch("g").String())
 }
 
 // TestStaticSplitIsStickyAndMonotone walks a static source through every
@@ -118,8 +120,8 @@ func TestSplitModeRoutes(t *testing.T) {
 	src := mustStatic(t, 50)
 	clock := throttler.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "10/min")
-	oldB, newB := memory.New(), memory.New()
-	th := throttler.New(mustRollout(t, oldB, newB, src), throttler.WithClock(clock))
+	oldB, newB := memorybackend.New(), memorybackend.New()
+	th := testkit.Throttler(t, mustRollout(t, oldB, newB, src), throttler.WithClock(clock))
 	oldV, newV := newView(oldB, clock, policy), newView(newB, clock, policy)
 	ctx := context.Background()
 
@@ -151,9 +153,9 @@ func TestMirrorMovedIdentifierKeepsWindow(t *testing.T) {
 			src := mustStatic(t, 0)
 			clock := throttler.NewManualClock(t0.Add(17 * time.Second))
 			policy := mustPolicy(t, "api", lim+", 100/h")
-			oldB, newB := memory.New(), memory.New()
+			oldB, newB := memorybackend.New(), memorybackend.New()
 			rb := mustRollout(t, oldB, newB, src, WithMode(MirrorMode))
-			th := throttler.New(rb, throttler.WithClock(clock))
+			th := testkit.Throttler(t, rb, throttler.WithClock(clock))
 			ctx := context.Background()
 			const id = "user:42"
 
@@ -200,8 +202,8 @@ func TestMirrorDenialConsumesNothing(t *testing.T) {
 	src := mustStatic(t, 0)
 	clock := throttler.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "3/min")
-	oldB, newB := memory.New(), memory.New()
-	th := throttler.New(mustRollout(t, oldB, newB, src, WithMode(MirrorMode)), throttler.WithClock(clock))
+	oldB, newB := memorybackend.New(), memorybackend.New()
+	th := testkit.Throttler(t, mustRollout(t, oldB, newB, src, WithMode(MirrorMode)), throttler.WithClock(clock))
 	ctx := context.Background()
 	for i := range 6 {
 		r, err := th.Allow(ctx, policy, "u")
@@ -223,10 +225,10 @@ func TestMirrorShortfall(t *testing.T) {
 	src := mustStatic(t, 0)
 	clock := throttler.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "10/min")
-	oldB, newB := memory.New(), memory.New()
+	oldB, newB := memorybackend.New(), memorybackend.New()
 	newView(newB, clock, policy).allowN(t, "u", 8)
 	rb := mustRollout(t, oldB, newB, src, WithMode(MirrorMode))
-	th := throttler.New(rb, throttler.WithClock(clock))
+	th := testkit.Throttler(t, rb, throttler.WithClock(clock))
 
 	r, err := th.AllowN(context.Background(), policy, "u", 5)
 	require.NoError(t, err)
@@ -255,12 +257,12 @@ func TestSecondaryErrorsNeverChangeTheDecision(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			clock := throttler.NewManualClock(t0)
 			policy := mustPolicy(t, "api", "3/min")
-			primary, broken := memory.New(), &brokenBackend{}
+			primary, broken := memorybackend.New(), &brokenBackend{}
 			var mu sync.Mutex
 			var reported []error
 			rb := mustRollout(t, primary, broken, mustStatic(t, 0), WithMode(mode),
 				WithSecondaryErrorHandler(func(err error) { mu.Lock(); reported = append(reported, err); mu.Unlock() }))
-			th := throttler.New(rb, throttler.WithClock(clock), throttler.WithObserver(throttler.NopObserver{}))
+			th := testkit.Throttler(t, rb, throttler.WithClock(clock), throttler.WithLogger(nil))
 			ctx := context.Background()
 			for i := range 5 {
 				r, err := th.Allow(ctx, policy, "u")
@@ -294,7 +296,7 @@ func TestSecondaryErrorsNeverChangeTheDecision(t *testing.T) {
 func TestShadowCountsMismatchesByKind(t *testing.T) {
 	clock := throttler.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "5/min")
-	primary, shadow := memory.New(), memory.New()
+	primary, shadow := memorybackend.New(), memorybackend.New()
 	pv, sv := newView(primary, clock, policy), newView(shadow, clock, policy)
 
 	// Prior state, before the rollout exists, all at t0 (the time of the
@@ -317,10 +319,10 @@ func TestShadowCountsMismatchesByKind(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			assert.Equal(t, SideOld, m.Primary)
-			assert.Equal(t, m.Request.Identifier, m.PrimaryResult.Identifier)
+			assert.Len(t, m.PrimaryLimits, len(m.Request.Policy.Limits))
 			seen[m.Request.Identifier] |= m.Kinds
 		}))
-	th := throttler.New(rb, throttler.WithClock(clock))
+	th := testkit.Throttler(t, rb, throttler.WithClock(clock))
 	ctx := context.Background()
 	verdicts := map[string]bool{}
 	for _, id := range []string{"same", "shadow-full", "primary-full", "more-used", "later-window", "fresh"} {
@@ -354,18 +356,18 @@ func TestShadowCountsMismatchesByKind(t *testing.T) {
 func TestShadowPrimaryIsTheServingSide(t *testing.T) {
 	clock := throttler.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "1/min")
-	oldB, newB := memory.New(), memory.New()
+	oldB, newB := memorybackend.New(), memorybackend.New()
 	newView(oldB, clock, policy).allowN(t, "u", 1)
 	var got Mismatch
 	rb := mustRollout(t, oldB, newB, mustStatic(t, 100), WithMode(ShadowMode),
 		WithMismatchHandler(func(m Mismatch) { got = m }))
-	r, err := throttler.New(rb, throttler.WithClock(clock)).Allow(context.Background(), policy, "u")
+	r, err := testkit.Throttler(t, rb, throttler.WithClock(clock)).Allow(context.Background(), policy, "u")
 	require.NoError(t, err)
 	assert.True(t, r.Allowed, "the new backend, empty, decides")
 	assert.Equal(t, SideNew, got.Primary)
 	// Both end full (1/min): only the verdicts differ.
 	assert.Equal(t, VerdictDiffers, got.Kinds)
-	assert.False(t, got.ShadowResult.Allowed)
+	assert.False(t, got.ShadowAllowed)
 }
 
 // TestOptionalInterfaces checks the forwarding of Peek, Refund, Reset and
@@ -376,18 +378,18 @@ func TestOptionalInterfaces(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("refund goes to the serving backend in split mode", func(t *testing.T) {
-		oldB, newB := memory.New(), memory.New()
+		oldB, newB := memorybackend.New(), memorybackend.New()
 		newView(newB, clock, policy).allowN(t, "u", 4)
 		newView(oldB, clock, policy).allowN(t, "u", 4)
-		th := throttler.New(mustRollout(t, oldB, newB, mustStatic(t, 100)), throttler.WithClock(clock))
+		th := testkit.Throttler(t, mustRollout(t, oldB, newB, mustStatic(t, 100)), throttler.WithClock(clock))
 		r, err := th.Refund(ctx, policy, "u", 3)
 		require.NoError(t, err)
 		assert.EqualValues(t, 1, r.Used)
 		assert.EqualValues(t, 4, newView(oldB, clock, policy).peek(t, "u").Used)
 	})
 	t.Run("refund goes to both in mirror mode", func(t *testing.T) {
-		oldB, newB := memory.New(), memory.New()
-		th := throttler.New(mustRollout(t, oldB, newB, mustStatic(t, 0), WithMode(MirrorMode)), throttler.WithClock(clock))
+		oldB, newB := memorybackend.New(), memorybackend.New()
+		th := testkit.Throttler(t, mustRollout(t, oldB, newB, mustStatic(t, 0), WithMode(MirrorMode)), throttler.WithClock(clock))
 		_, err := th.AllowN(ctx, policy, "u", 4)
 		require.NoError(t, err)
 		_, err = th.Refund(ctx, policy, "u", 3)
@@ -396,35 +398,35 @@ func TestOptionalInterfaces(t *testing.T) {
 		assert.EqualValues(t, 1, newView(newB, clock, policy).peek(t, "u").Used)
 	})
 	t.Run("refund without Refunder", func(t *testing.T) {
-		th := throttler.New(mustRollout(t, decideOnly{memory.New()}, memory.New(), mustStatic(t, 0)),
-			throttler.WithClock(clock), throttler.WithObserver(throttler.NopObserver{}))
+		th := testkit.Throttler(t, mustRollout(t, decideOnly{memorybackend.New()}, memorybackend.New(), mustStatic(t, 0)),
+			throttler.WithClock(clock), throttler.WithLogger(nil))
 		_, err := th.Refund(ctx, policy, "u", 1)
-		assert.ErrorIs(t, err, throttler.ErrUnsupported)
+		assert.ErrorIs(t, err, errors.ErrUnsupported)
 	})
 	t.Run("reset resets both", func(t *testing.T) {
-		oldB, newB := memory.New(), memory.New()
+		oldB, newB := memorybackend.New(), memorybackend.New()
 		newView(oldB, clock, policy).allowN(t, "u", 4)
 		newView(newB, clock, policy).allowN(t, "u", 4)
-		th := throttler.New(mustRollout(t, oldB, newB, mustStatic(t, 0)), throttler.WithClock(clock))
+		th := testkit.Throttler(t, mustRollout(t, oldB, newB, mustStatic(t, 0)), throttler.WithClock(clock))
 		require.NoError(t, th.Reset(ctx, policy, "u"))
 		assert.EqualValues(t, 0, newView(oldB, clock, policy).peek(t, "u").Used)
 		assert.EqualValues(t, 0, newView(newB, clock, policy).peek(t, "u").Used)
 	})
 	t.Run("reset reports either failure", func(t *testing.T) {
-		oldB := memory.New()
+		oldB := memorybackend.New()
 		newView(oldB, clock, policy).allowN(t, "u", 4)
 		rb := mustRollout(t, oldB, &brokenBackend{}, mustStatic(t, 0))
-		err := rb.Reset(ctx, policy, "u")
+		err := rb.Reset(ctx, testkit.Compile(t, policy), "u")
 		assert.ErrorIs(t, err, errInjected)
 		assert.EqualValues(t, 0, newView(oldB, clock, policy).peek(t, "u").Used, "the healthy side is reset anyway")
-		err = mustRollout(t, oldB, decideOnly{memory.New()}, mustStatic(t, 0)).Reset(ctx, policy, "u")
-		assert.ErrorIs(t, err, throttler.ErrUnsupported)
+		err = mustRollout(t, oldB, decideOnly{memorybackend.New()}, mustStatic(t, 0)).Reset(ctx, testkit.Compile(t, policy), "u")
+		assert.ErrorIs(t, err, errors.ErrUnsupported)
 	})
 	t.Run("peek asks only the serving backend", func(t *testing.T) {
-		oldB, broken := memory.New(), &brokenBackend{}
+		oldB, broken := memorybackend.New(), &brokenBackend{}
 		newView(oldB, clock, policy).allowN(t, "u", 4)
 		for _, mode := range []Mode{SplitMode, MirrorMode, ShadowMode} {
-			th := throttler.New(mustRollout(t, oldB, broken, mustStatic(t, 0), WithMode(mode)), throttler.WithClock(clock))
+			th := testkit.Throttler(t, mustRollout(t, oldB, broken, mustStatic(t, 0), WithMode(mode)), throttler.WithClock(clock))
 			r, err := th.Peek(ctx, policy, "u")
 			require.NoError(t, err)
 			assert.False(t, r.Degraded)
@@ -433,10 +435,10 @@ func TestOptionalInterfaces(t *testing.T) {
 		assert.Zero(t, broken.calls.Load())
 	})
 	t.Run("ping pings both", func(t *testing.T) {
-		assert.NoError(t, mustRollout(t, memory.New(), decideOnly{memory.New()}, mustStatic(t, 0)).Ping(ctx))
-		err := mustRollout(t, memory.New(), &brokenBackend{}, mustStatic(t, 0)).Ping(ctx)
+		assert.NoError(t, mustRollout(t, memorybackend.New(), decideOnly{memorybackend.New()}, mustStatic(t, 0)).Ping(ctx))
+		err := mustRollout(t, memorybackend.New(), &brokenBackend{}, mustStatic(t, 0)).Ping(ctx)
 		assert.ErrorIs(t, err, errInjected)
-		th := throttler.New(mustRollout(t, memory.New(), &brokenBackend{}, mustStatic(t, 0)))
+		th := testkit.Throttler(t, mustRollout(t, memorybackend.New(), &brokenBackend{}, mustStatic(t, 0)))
 		assert.ErrorIs(t, th.Ping(ctx), throttler.ErrBackend)
 	})
 }
@@ -446,10 +448,10 @@ func TestOptionalInterfaces(t *testing.T) {
 // call is made.
 func TestPrimaryErrorIsReturned(t *testing.T) {
 	for _, mode := range []Mode{SplitMode, MirrorMode, ShadowMode} {
-		secondary := memory.New()
+		secondary := memorybackend.New()
 		rb := mustRollout(t, &brokenBackend{}, secondary, mustStatic(t, 0), WithMode(mode))
-		_, err := rb.Decide(context.Background(), throttler.Request{
-			Policy: mustPolicy(t, "api", "1/min"), Identifier: "u", Cost: 1, Now: t0})
+		_, err := rb.Decide(context.Background(), driver.Request{
+			Policy: testkit.Compiled(t, "api", "1/min"), Identifier: "u", Cost: 1, Now: t0})
 		assert.True(t, errors.Is(err, errInjected), "mode %s: %v", mode, err)
 		assert.Zero(t, secondary.Len())
 	}
@@ -460,7 +462,7 @@ func TestPrimaryErrorIsReturned(t *testing.T) {
 func TestConcurrentSetAndDecide(t *testing.T) {
 	src := mustStatic(t, 0)
 	policy := mustPolicy(t, "api", "1000000/h")
-	th := throttler.New(mustRollout(t, memory.New(), memory.New(), src, WithMode(MirrorMode)),
+	th := testkit.Throttler(t, mustRollout(t, memorybackend.New(), memorybackend.New(), src, WithMode(MirrorMode)),
 		throttler.WithClock(throttler.NewManualClock(t0)))
 	ctx := context.Background()
 	var wg sync.WaitGroup
@@ -493,14 +495,14 @@ func TestConcurrentSetAndDecide(t *testing.T) {
 // TestDefaultSide: a source without an answer sends everything to the
 // default side, counted in Stats.
 func TestDefaultSide(t *testing.T) {
-	oldB, newB := memory.New(), memory.New()
+	oldB, newB := memorybackend.New(), memorybackend.New()
 	for _, side := range []Side{SideOld, SideNew} {
 		rb := mustRollout(t, oldB, newB, nilSource{}, WithDefaultSide(side))
 		for _, id := range ids(50) {
 			require.Equal(t, side, rb.Side(id))
 		}
-		_, err := rb.Decide(context.Background(), throttler.Request{
-			Policy: mustPolicy(t, "api", "1/min"), Identifier: "u", Cost: 1, Now: t0})
+		_, err := rb.Decide(context.Background(), driver.Request{
+			Policy: testkit.Compiled(t, "api", "1/min"), Identifier: "u", Cost: 1, Now: t0})
 		require.NoError(t, err)
 		assert.EqualValues(t, 1, rb.Stats().DefaultRouted)
 		o, n := rb.Backends()
@@ -515,15 +517,15 @@ func TestDefaultSide(t *testing.T) {
 func TestZeroBackendFailsWithoutPanicking(t *testing.T) {
 	var b Backend
 	p := mustPolicy(t, "api", "3/min")
-	req := throttler.Request{Policy: p, Identifier: "x", Cost: 1, Now: t0}
+	req := driver.Request{Policy: testkit.Compile(t, p), Identifier: "x", Cost: 1, Now: t0}
 	ctx := context.Background()
 	_, err := b.Decide(ctx, req)
-	assert.ErrorIs(t, err, ErrNotInitialized)
+	assert.ErrorIs(t, err, driver.ErrNotInitialized)
 	_, err = b.Peek(ctx, req)
-	assert.ErrorIs(t, err, ErrNotInitialized)
+	assert.ErrorIs(t, err, driver.ErrNotInitialized)
 	_, err = b.Refund(ctx, req)
-	assert.ErrorIs(t, err, ErrNotInitialized)
-	assert.ErrorIs(t, b.Reset(ctx, p, "x"), ErrNotInitialized)
-	assert.ErrorIs(t, b.Ping(ctx), ErrNotInitialized)
+	assert.ErrorIs(t, err, driver.ErrNotInitialized)
+	assert.ErrorIs(t, b.Reset(ctx, testkit.Compile(t, p), "x"), driver.ErrNotInitialized)
+	assert.ErrorIs(t, b.Ping(ctx), driver.ErrNotInitialized)
 	assert.Equal(t, SideOld, b.Side("x"))
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // MismatchKind is a set of ways two backends' outcomes for one decision
@@ -46,9 +46,12 @@ type Mismatch struct {
 	// Primary is the backend whose verdict was used; the other one shadowed.
 	Primary Side
 	// Request is the request both decided.
-	Request throttler.Request
-	// PrimaryResult and ShadowResult are the two outcomes, evaluated.
-	PrimaryResult, ShadowResult throttler.Result
+	Request driver.Request
+	// PrimaryAllowed and ShadowAllowed are the two verdicts.
+	PrimaryAllowed, ShadowAllowed bool
+	// PrimaryLimits and ShadowLimits are the two outcomes' figures, limit
+	// by limit in the policy's order.
+	PrimaryLimits, ShadowLimits []driver.Status
 }
 
 // Stats is a snapshot of a Backend's counters since it was made.
@@ -103,26 +106,26 @@ func (b *Backend) Stats() Stats {
 
 // shadow runs req on the backend that does not serve the identifier and
 // compares its outcome with primary, the serving backend's.
-func (b *Backend) shadow(ctx context.Context, primarySide Side, req throttler.Request, primary throttler.Outcome) {
+func (b *Backend) shadow(ctx context.Context, primarySide Side, req driver.Request, primary driver.Outcome) {
 	shadowSide := primarySide.other()
 	out, err := b.backends[shadowSide].Decide(ctx, req)
-	if err == nil && len(out.States) != req.Policy.Len() {
-		err = fmt.Errorf("%w: %d states for %d limits", throttler.ErrBadReply, len(out.States), req.Policy.Len())
+	if err == nil && len(out.States) != len(req.Policy.Limits) {
+		err = fmt.Errorf("%w: %d states for %d limits", driver.ErrBadReply, len(out.States), len(req.Policy.Limits))
 	}
 	if err != nil {
 		b.secondaryFailed(shadowSide, "shadow", err)
 		return
 	}
 	b.stats.compared.Add(1)
-	pr := throttler.Evaluate(req.Policy, req.Now, req.Cost, primary.Allowed, primary.States)
-	sr := throttler.Evaluate(req.Policy, req.Now, req.Cost, out.Allowed, out.States)
-	kinds := compare(pr, sr)
+	pr := figures(req, primary)
+	sr := figures(req, out)
+	kinds := compare(primary.Allowed, out.Allowed, pr, sr)
 	if kinds == 0 {
 		return
 	}
 	b.stats.mismatches.Add(1)
 	if kinds&VerdictDiffers != 0 {
-		if pr.Allowed {
+		if primary.Allowed {
 			b.stats.allowedDenied.Add(1)
 		} else {
 			b.stats.deniedAllowed.Add(1)
@@ -135,25 +138,34 @@ func (b *Backend) shadow(ctx context.Context, primarySide Side, req throttler.Re
 		b.stats.resetDiffers.Add(1)
 	}
 	if b.onMismatch != nil {
-		pr.Identifier, sr.Identifier = req.Identifier, req.Identifier
-		b.onMismatch(Mismatch{Kinds: kinds, Primary: primarySide, Request: req, PrimaryResult: pr, ShadowResult: sr})
+		b.onMismatch(Mismatch{Kinds: kinds, Primary: primarySide, Request: req,
+			PrimaryAllowed: primary.Allowed, ShadowAllowed: out.Allowed, PrimaryLimits: pr, ShadowLimits: sr})
 	}
 }
 
 // compare returns how two evaluated results of one request differ, limit by
 // limit, so that a different binding limit cannot hide a difference.
-func compare(a, b throttler.Result) MismatchKind {
+func compare(aAllowed, bAllowed bool, a, b []driver.Status) MismatchKind {
 	var kinds MismatchKind
-	if a.Allowed != b.Allowed {
+	if aAllowed != bAllowed {
 		kinds |= VerdictDiffers
 	}
-	for i := range min(len(a.Limits), len(b.Limits)) {
-		if a.Limits[i].Remaining != b.Limits[i].Remaining {
+	for i := range min(len(a), len(b)) {
+		if a[i].Remaining != b[i].Remaining {
 			kinds |= RemainingDiffers
 		}
-		if !a.Limits[i].ResetAt.Equal(b.Limits[i].ResetAt) {
+		if !a[i].ResetAt.Equal(b[i].ResetAt) {
 			kinds |= ResetDiffers
 		}
 	}
 	return kinds
+}
+
+// figures evaluates every limit of an outcome of req.
+func figures(req driver.Request, out driver.Outcome) []driver.Status {
+	st := make([]driver.Status, len(req.Policy.Limits))
+	for i := range st {
+		st[i] = driver.Evaluate(&req.Policy.Limits[i], out.States[i], req.Now, req.Cost, out.Allowed)
+	}
+	return st
 }

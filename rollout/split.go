@@ -3,6 +3,7 @@ package rollout
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 	"math/bits"
 	"sync/atomic"
 )
@@ -109,17 +110,17 @@ type Split struct {
 
 // NewSplit returns the split that sends percent (0 to 100) of identifiers,
 // chosen by their Bucket for groupID, to the new backend. The error wraps
-// ErrInvalidPercent.
+// driver.ErrInvalidOption.
 func NewSplit(percent int, groupID string) (*Split, error) {
 	if percent < 0 || percent > 100 {
-		return nil, fmt.Errorf("%w: %d is outside 0..100", ErrInvalidPercent, percent)
+		return nil, fmt.Errorf("%w: %d is outside 0..100", driver.ErrInvalidOption, percent)
 	}
 	return &Split{percent: percent, groupID: groupID}, nil
 }
 
-// killSwitch is the split of a flag that is switched off: everything on the
-// old backend.
-func killSwitch(groupID string) *Split { return &Split{groupID: groupID, killed: true} }
+// KillSwitch returns the split of a flag that is switched off: every
+// identifier on the old backend, whatever the percentage.
+func KillSwitch(groupID string) *Split { return &Split{groupID: groupID, killed: true} }
 
 // Percent returns the percentage of identifiers the new backend serves.
 func (s *Split) Percent() int { return s.percent }
@@ -191,7 +192,7 @@ func WithStaticGroupID(groupID string) StaticOption {
 }
 
 // NewStaticSource returns a source that sends percent (0 to 100) of
-// identifiers to the new backend. The error wraps ErrInvalidPercent.
+// identifiers to the new backend. The error wraps driver.ErrInvalidOption.
 func NewStaticSource(percent int, opts ...StaticOption) (*StaticSource, error) {
 	s := &StaticSource{groupID: DefaultStaticGroupID}
 	for _, opt := range opts {
@@ -205,7 +206,7 @@ func NewStaticSource(percent int, opts ...StaticOption) (*StaticSource, error) {
 
 // Set changes the percentage. Raising it moves identifiers only from the old
 // backend to the new one; lowering it only moves them back. Set(0) is the
-// kill switch. The error wraps ErrInvalidPercent and leaves the split as it
+// kill switch. The error wraps driver.ErrInvalidOption and leaves the split as it
 // was.
 func (s *StaticSource) Set(percent int) error {
 	sp, err := NewSplit(percent, s.groupID)

@@ -1,8 +1,8 @@
-// Package throttler is the portable part of throttlekit: policies, limits,
-// the clock, results, failure modes and the arithmetic of every algorithm.
-// It imports no client SDK. Storage lives behind the small Backend
-// interface; backend/memory, backend/redis, backend/memcached,
-// backend/sharded and rollout implement it.
+// Package throttler is what an API developer imports to rate-limit
+// requests: a Throttler, the policies it enforces, and the results it
+// returns. It imports no client SDK; storage lives in a backend
+// (backend/memory, backend/redis, backend/memcached, backend/sharded,
+// rollout, or your own, written against package throttler/driver).
 //
 // # Model
 //
@@ -13,37 +13,24 @@
 // consumes the cost; otherwise none does. Denied requests consume nothing,
 // so raising a limit helps at once.
 //
+//	th, err := throttler.New(memorybackend.New())
+//	policy, err := throttler.ParsePolicy("core", "10/s, 5000/h")
+//	r, err := th.Allow(ctx, policy, "user:42")
+//	if !r.Allowed { /* 429, Retry-After: r.RetryAfter */ }
+//
 // Time is a parameter. The throttler's Clock (the wall clock unless
 // WithClock says otherwise) supplies now, and now travels with every
-// Request to the backend. No backend reads a clock of its own, and stored
+// request to the backend. No backend reads a clock of its own, and stored
 // expiry is garbage collection only.
 //
 // # Algorithms
 //
-// Every stored time is an integer: Unix milliseconds for fixed windows,
-// Unix microseconds for GCRA.
-//
 // FixedWindow (the default) opens a window at the first request that finds
 // none open, ending Window later. AlignedWindow's windows end at the
-// multiples of Window since the Unix epoch. Both store Used and the window
-// end; a window is open while now < end, and a window whose end has passed
-// is ignored, whatever the store still holds. A request is allowed iff
-// used + cost <= Max. ResetAt is the stored end, so every result of one
-// window carries the identical ResetAt, from every process and backend.
-// Remaining = Max - Used. RetryAfter = ResetAt - now when denied.
-//
-// GCRA keeps a theoretical arrival time TAT. With T = ceil(Window/Max)
-// microseconds and B = Burst (Max unless set):
-//
-//	newTAT    = max(TAT, now) + cost*T
-//	allowed   iff newTAT - B*T <= now; then TAT = newTAT
-//	Remaining = floor((now - (TAT - B*T)) / T), clamped to [0, B]
-//	Used      = B - Remaining;  Limit = B
-//	ResetAt   = max(TAT, now), when the bucket is full again
-//	RetryAfter (denied) = newTAT - B*T - now
-//
-// Decide, Refund and Evaluate are these rules as pure functions; the memory
-// backend calls them under a lock and the Redis scripts mirror them.
+// multiples of Window since the Unix epoch. Both store the count and the
+// window end, so every result of one window carries the identical ResetAt,
+// from every process and backend. GCRA allows a smooth rate with a burst.
+// docs/SPEC.md gives the exact arithmetic.
 //
 // # Results
 //
@@ -57,20 +44,17 @@
 //
 // # Failures
 //
-// A denial is not an error. A backend failure is not a decision either: each
-// backend call is bounded by the caller's context and a per-call timeout
-// (DefaultTimeout, 100 ms), and on failure the policy's FailureMode decides
-// (FailOpen by default, FailClosed on request), the Result is marked
-// Degraded with the failure in Err, and the Observer is told. Invalid input
-// is returned as an error that errors.Is matches against ErrInvalidPolicy,
-// ErrInvalidLimit, ErrInvalidIdentifier or ErrInvalidCost. No input makes
-// the package panic.
+// A denial is not an error. A backend failure is not a decision either:
+// each backend call is bounded by the caller's context and a per-call
+// timeout (DefaultCallTimeout, 100 ms), and on failure the failure mode
+// decides (FailOpen by default, FailClosed on request, throttler-wide or
+// per policy), the Result is marked Degraded with the failure in Err, and
+// the failure is logged and observed. Invalid input is an error that
+// errors.Is matches against the Err variables. No input makes the package
+// panic.
 //
-// # Backends
+// # HTTP
 //
-// A Backend implements Decide. Optional capabilities are separate
-// interfaces found by type assertion, each documenting the fallback when it
-// is missing: Peeker (answer peeks from a replica), Refunder, Resetter and
-// Pinger. Backends that wrap backends (sharded, rollout) are backends too.
-// The conformance package checks any backend against this contract.
+// Package middleware puts a Throttler in front of net/http handlers and
+// writes GitHub's X-RateLimit-* and the IETF RateLimit fields.
 package throttler

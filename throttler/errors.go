@@ -1,51 +1,44 @@
 package throttler
 
-import "errors"
+import (
+	"errors"
 
-// Sentinel errors. Every error the package returns wraps one of these, so
-// callers can branch with errors.Is without parsing messages.
+	"github.com/throttlekit/throttlekit/throttler/driver"
+)
+
+// Sentinel errors. Every error the package returns wraps one of these (or
+// errors.ErrUnsupported, or the context's error), so callers branch with
+// errors.Is and never parse messages. The invalid-input errors are the same
+// values the backends and the driver package use.
 var (
-	// ErrInvalidIdentifier reports an identifier that is empty or longer than
-	// MaxIdentifierLen bytes.
-	ErrInvalidIdentifier = errors.New("throttler: invalid identifier")
-
-	// ErrInvalidLimit reports a limit that cannot be enforced: Max below 1,
-	// a window outside [1ms, 400 days], a burst on a fixed window, or a
-	// notation ParseLimit does not understand.
-	ErrInvalidLimit = errors.New("throttler: invalid limit")
-
-	// ErrInvalidPolicy reports a policy without limits, with duplicate limit
-	// names, with an empty name, or a nil *Policy.
-	ErrInvalidPolicy = errors.New("throttler: invalid policy")
-
+	// ErrInvalidIdentifier reports an identifier that is empty or longer
+	// than 1024 bytes.
+	ErrInvalidIdentifier = errors.New("throttlekit: invalid identifier")
 	// ErrInvalidCost reports a negative cost or refund.
-	ErrInvalidCost = errors.New("throttler: invalid cost")
-
+	ErrInvalidCost = errors.New("throttlekit: invalid cost")
+	// ErrInvalidLimit reports a limit that cannot be enforced or a notation
+	// ParseLimit does not understand, such as conflicting options.
+	ErrInvalidLimit = driver.ErrInvalidLimit
+	// ErrInvalidPolicy reports a policy without limits, with an empty name
+	// or duplicate limit names, or a nil *Policy.
+	ErrInvalidPolicy = driver.ErrInvalidPolicy
+	// ErrInvalidOption reports an option that cannot be used, or one given
+	// where it does not apply.
+	ErrInvalidOption = driver.ErrInvalidOption
+	// ErrNotInitialized reports a zero Throttler, a nil backend, or a
+	// backend that was not built by its constructor. It is returned as an
+	// error, never handed to a failure mode: it is a bug, not an outage.
+	ErrNotInitialized = driver.ErrNotInitialized
 	// ErrCostExceedsLimit reports a cost larger than some limit's capacity
-	// (Max for fixed windows, Burst for GCRA). Such a request can never be
-	// allowed, however long the caller waits, so it is told apart from an
-	// ordinary denial: the Result has NeverAllowed set and RetryAfter equal
-	// to Never.
-	ErrCostExceedsLimit = errors.New("throttler: cost exceeds the limit's capacity")
-
+	// (Max, or the burst for GCRA). Such a request can never be allowed,
+	// however long the caller waits, so it is told apart from a denial: the
+	// Result has NeverAllowed set and RetryAfter equal to Never.
+	ErrCostExceedsLimit = errors.New("throttlekit: cost exceeds the limit's capacity")
 	// ErrBackend wraps every failure of a backend call (network, timeout,
-	// malformed reply). It appears in Result.Err of a degraded result and in
-	// the errors of Refund and Reset.
-	ErrBackend = errors.New("throttler: backend failure")
-
-	// ErrBadReply reports a backend reply the throttler cannot use, such as
-	// a state slice whose length does not match the policy. It is always
-	// wrapped together with ErrBackend.
-	ErrBadReply = errors.New("throttler: malformed backend reply")
-
+	// malformed reply). It is in Result.Err of a degraded result and in the
+	// errors of Refund, Reset and Ping.
+	ErrBackend = errors.New("throttlekit: backend failure")
 	// ErrClockOutOfRange reports a clock reading before the Unix epoch or
-	// after MaxTime. Stored times are integer Unix milliseconds and
-	// microseconds that every store must hold exactly; a reading outside
-	// that range is a broken clock, and deciding with it would give wrong
-	// answers. The zero time (a zero ManualClock) is such a reading.
-	ErrClockOutOfRange = errors.New("throttler: clock reading out of range")
-
-	// ErrUnsupported reports an optional operation (Refund, Reset, Ping) on
-	// a backend that does not implement the matching interface.
-	ErrUnsupported = errors.New("throttler: operation not supported by backend")
+	// after 2200-01-01; the zero time (an unset ManualClock) is one.
+	ErrClockOutOfRange = errors.New("throttlekit: clock reading out of range")
 )

@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/throttlekit/throttlekit/backend/memory"
+	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 func ExampleParsePolicy() {
@@ -31,7 +32,7 @@ func ExampleParsePolicy() {
 func ExampleThrottler_AllowN() {
 	ctx := context.Background()
 	clock := throttler.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
-	th := throttler.New(memory.New(), throttler.WithClock(clock))
+	th, _ := throttler.New(memorybackend.New(), throttler.WithClock(clock))
 	p, _ := throttler.ParsePolicy("upload", "10/min")
 
 	r, _ := th.AllowN(ctx, p, "user:42", 7)
@@ -55,7 +56,7 @@ func ExampleThrottler_AllowN() {
 func ExampleThrottler_Refund() {
 	ctx := context.Background()
 	clock := throttler.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
-	th := throttler.New(memory.New(), throttler.WithClock(clock))
+	th, _ := throttler.New(memorybackend.New(), throttler.WithClock(clock))
 	p, _ := throttler.ParsePolicy("api", "5000/h")
 
 	// Charge when the request starts...
@@ -69,12 +70,12 @@ func ExampleThrottler_Refund() {
 	// refunded, remaining 5000
 }
 
-func ExampleLimit_WithBurst() {
+func ExampleLimit_gcra() {
 	ctx := context.Background()
 	clock := throttler.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
-	th := throttler.New(memory.New(), throttler.WithClock(clock))
+	th, _ := throttler.New(memorybackend.New(), throttler.WithClock(clock))
 	// A smooth 1 per second with bursts of up to 3.
-	p, _ := throttler.NewPolicy("gcra", []throttler.Limit{throttler.PerSecond(1).WithBurst(3)})
+	p, _ := throttler.NewPolicy("gcra", []throttler.Limit{{Max: 1, Window: time.Second, Algorithm: throttler.GCRA, Burst: 3}})
 	for i := 0; i < 4; i++ {
 		r, _ := th.Allow(ctx, p, "device:7")
 		fmt.Println(r.Allowed, r.Remaining, r.RetryAfter)
@@ -92,10 +93,11 @@ func ExampleLimit_WithBurst() {
 
 func ExampleWithFailureMode() {
 	ctx := context.Background()
-	down := backendFunc(func(context.Context, throttler.Request) (throttler.Outcome, error) {
-		return throttler.Outcome{}, errors.New("connection refused")
+	down := backendFunc(func(context.Context, driver.Request) (driver.Outcome, error) {
+		return driver.Outcome{}, errors.New("connection refused")
 	})
-	th := throttler.New(down, throttler.WithObserver(throttler.NopObserver{}))
+	// Fail open by default; logins fail closed.
+	th, _ := throttler.New(down, throttler.WithLogger(nil))
 	open, _ := throttler.ParsePolicy("reads", "100/min")
 	closed, _ := throttler.ParsePolicy("logins", "5/min", throttler.WithFailureMode(throttler.FailClosed))
 
@@ -108,8 +110,8 @@ func ExampleWithFailureMode() {
 	// logins: false true 1s
 }
 
-type backendFunc func(context.Context, throttler.Request) (throttler.Outcome, error)
+type backendFunc func(context.Context, driver.Request) (driver.Outcome, error)
 
-func (f backendFunc) Decide(ctx context.Context, r throttler.Request) (throttler.Outcome, error) {
+func (f backendFunc) Decide(ctx context.Context, r driver.Request) (driver.Outcome, error) {
 	return f(ctx, r)
 }

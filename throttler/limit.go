@@ -5,64 +5,40 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
-// Algorithm selects how a Limit counts.
-type Algorithm int
+// Algorithm selects how a Limit counts: FixedWindow (the default),
+// AlignedWindow or GCRA.
+type Algorithm = driver.Algorithm
 
+// The algorithms. docs/SPEC.md gives their exact arithmetic.
 const (
-	// FixedWindow is a fixed window anchored at the first request that
-	// finds no open window; it closes Window later. It is the default and
-	// the algorithm GitHub's API limiter uses.
-	FixedWindow Algorithm = iota
-	// AlignedWindow is a fixed window aligned on the multiples of Window
-	// since the Unix epoch, so every identifier's window closes together.
-	AlignedWindow
-	// GCRA is the generic cell rate algorithm: a smooth rate of Max per
-	// Window with a burst capacity of Burst.
-	GCRA
+	// FixedWindow opens a window at the first request that finds none open;
+	// it closes Window later. It is GitHub's algorithm and the default.
+	FixedWindow = driver.FixedWindow
+	// AlignedWindow's windows end at the multiples of Window since the Unix
+	// epoch, so every identifier's window closes together.
+	AlignedWindow = driver.AlignedWindow
+	// GCRA allows a smooth rate of Max per Window with a burst capacity of
+	// Burst (Max when zero).
+	GCRA = driver.GCRA
 )
 
-// String returns the algorithm's name as ParseLimit accepts it.
-func (a Algorithm) String() string {
-	switch a {
-	case FixedWindow:
-		return "fixed"
-	case AlignedWindow:
-		return "aligned"
-	case GCRA:
-		return "gcra"
-	}
-	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
-}
-
-// Bounds on a Limit's fields.
-const (
-	// MinWindow is the shortest window a limit may have.
-	MinWindow = time.Millisecond
-	// MaxWindow is the longest window a limit may have (400 days).
-	MaxWindow = 400 * 24 * time.Hour
-	// MaxQuota bounds Max and Burst. It keeps every stored number an exact
-	// integer in a float64, which is what Redis Lua computes with.
-	MaxQuota = int64(1) << 40
-	// maxGCRASpanMicros bounds Burst times the emission interval, so that a
-	// theoretical arrival time stays far below 2^53 microseconds.
-	maxGCRASpanMicros = int64(10 * MaxWindow / time.Microsecond)
-)
-
-// Limit is a quota of Max units per Window, counted by Algorithm. The zero
-// Algorithm is FixedWindow. Build limits with PerSecond, PerMinute, Per and
-// friends, or with ParseLimit; a Limit is validated when it joins a Policy.
+// Limit is a quota of Max units per Window, counted by Algorithm. Build one
+// with Per and its shorthands or ParseLimit, or as a literal; it is
+// validated when it joins a policy. Max and Burst may be 1 to 2^40, Window
+// 1 ms to 400 days in whole milliseconds.
 type Limit struct {
 	// Name identifies the limit within its policy and in stored keys. When
-	// empty, the policy names it after its notation (String), e.g. "10/s".
+	// empty, the policy names it after its notation, as in "10/s".
 	Name string
-	// Max is the number of units per window, 1 to MaxQuota.
+	// Max is the number of units per window.
 	Max int64
-	// Window is the window length: whole milliseconds from MinWindow to
-	// MaxWindow.
+	// Window is the window length.
 	Window time.Duration
-	// Algorithm selects the counting rule.
+	// Algorithm selects the counting rule; the zero value is FixedWindow.
 	Algorithm Algorithm
 	// Burst is the GCRA capacity; zero means Max. It must be zero for the
 	// fixed-window algorithms.
@@ -84,9 +60,6 @@ func PerHour(max int64) Limit { return Per(max, time.Hour) }
 // PerDay returns a fixed-window limit of max units per 24 hours.
 func PerDay(max int64) Limit { return Per(max, 24*time.Hour) }
 
-// PerWeek returns a fixed-window limit of max units per 7 days.
-func PerWeek(max int64) Limit { return Per(max, 7*24*time.Hour) }
-
 // Named returns a copy of l with the given name.
 func (l Limit) Named(name string) Limit { l.Name = name; return l }
 
@@ -96,84 +69,13 @@ func (l Limit) Using(a Algorithm) Limit { l.Algorithm = a; return l }
 // WithBurst returns a copy of l as a GCRA limit with burst capacity b.
 func (l Limit) WithBurst(b int64) Limit { l.Algorithm = GCRA; l.Burst = b; return l }
 
-// capacity is the largest cost a single request may have.
-func (l Limit) capacity() int64 {
-	if l.Algorithm == GCRA && l.Burst > 0 {
-		return l.Burst
-	}
-	return l.Max
-}
+// String returns the limit in the notation ParseLimit reads, such as
+// "10/s", "100/2h", "50/min aligned" or "10/s gcra burst=20".
+func (l Limit) String() string { return driver.Notation(l.Algorithm, l.Max, l.Window, l.Burst) }
 
-// Validate reports whether l can be enforced. The error wraps
-// ErrInvalidLimit.
-func (l Limit) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s: %s", ErrInvalidLimit, l.String(), fmt.Sprintf(format, args...))
-	}
-	switch {
-	case l.Max < 1 || l.Max > MaxQuota:
-		return bad("max must be between 1 and %d", MaxQuota)
-	case l.Window < MinWindow || l.Window > MaxWindow:
-		return bad("window must be between %v and %v", MinWindow, MaxWindow)
-	case l.Window%time.Millisecond != 0:
-		return bad("window must be a whole number of milliseconds")
-	case l.Algorithm < FixedWindow || l.Algorithm > GCRA:
-		return bad("unknown algorithm %d", int(l.Algorithm))
-	case l.Burst < 0 || l.Burst > MaxQuota:
-		return bad("burst must be between 0 (meaning max) and %d", MaxQuota)
-	case l.Burst != 0 && l.Algorithm != GCRA:
-		return bad("burst applies only to GCRA")
-	}
-	if l.Algorithm == GCRA {
-		t := emissionMicros(l)
-		if b := l.capacity(); b > maxGCRASpanMicros/t {
-			return bad("burst times emission interval exceeds %v", time.Duration(maxGCRASpanMicros)*time.Microsecond)
-		}
-	}
-	return nil
-}
-
-// emissionMicros is the GCRA emission interval T = ceil(Window / Max) in
-// microseconds, rounded up so the rate never exceeds the nominal one.
-func emissionMicros(l Limit) int64 {
-	w := int64(l.Window / time.Microsecond)
-	return (w + l.Max - 1) / l.Max
-}
-
-// String returns the limit in the notation ParseLimit reads, e.g. "10/s",
-// "100/2h", "50/min aligned" or "10/s gcra burst=20".
-func (l Limit) String() string {
-	var b strings.Builder
-	b.WriteString(strconv.FormatInt(l.Max, 10))
-	b.WriteByte('/')
-	b.WriteString(formatWindow(l.Window))
-	switch l.Algorithm {
-	case FixedWindow:
-	case GCRA:
-		b.WriteString(" gcra")
-		if l.Burst != 0 {
-			b.WriteString(" burst=")
-			b.WriteString(strconv.FormatInt(l.Burst, 10))
-		}
-	default:
-		b.WriteByte(' ')
-		b.WriteString(l.Algorithm.String())
-	}
-	return b.String()
-}
-
-// windowUnits lists the units of the notation, longest first so that
-// formatWindow picks the largest unit that divides a window.
-var windowUnits = []struct {
-	name string
-	d    time.Duration
-}{
-	{"week", 7 * 24 * time.Hour},
-	{"day", 24 * time.Hour},
-	{"h", time.Hour},
-	{"min", time.Minute},
-	{"s", time.Second},
-	{"ms", time.Millisecond},
+// compile validates l and returns the backend's view of it.
+func (l Limit) compile() (driver.Limit, error) {
+	return driver.NewLimit(l.Name, l.Algorithm, l.Max, l.Window, l.Burst)
 }
 
 // unitAliases maps every unit spelling ParseLimit accepts to its length.
@@ -186,21 +88,6 @@ var unitAliases = map[string]time.Duration{
 	"w": 7 * 24 * time.Hour, "wk": 7 * 24 * time.Hour, "week": 7 * 24 * time.Hour, "weeks": 7 * 24 * time.Hour,
 }
 
-func formatWindow(d time.Duration) string {
-	if d <= 0 {
-		return d.String()
-	}
-	for _, u := range windowUnits {
-		if d%u.d == 0 {
-			if n := d / u.d; n != 1 {
-				return strconv.FormatInt(int64(n), 10) + u.name
-			}
-			return u.name
-		}
-	}
-	return d.String()
-}
-
 // ParseLimit reads a limit written as "MAX/WINDOW", optionally followed by
 // options separated by spaces:
 //
@@ -211,7 +98,9 @@ func formatWindow(d time.Duration) string {
 //
 // Units: ms, s (sec, second), m (min, minute), h (hr, hour), d (day),
 // w (wk, week), with plurals. There is no month: calendar months have no
-// fixed length; write 30d. Errors wrap ErrInvalidLimit.
+// fixed length; write 30d. Each option may appear once, and at most one
+// algorithm may be named ("10/s aligned gcra" is an error). Errors wrap
+// ErrInvalidLimit and name the offending part.
 func ParseLimit(s string) (Limit, error) {
 	fail := func(why string) (Limit, error) {
 		return Limit{}, fmt.Errorf("%w: %q: %s", ErrInvalidLimit, s, why)
@@ -233,29 +122,37 @@ func ParseLimit(s string) (Limit, error) {
 		return fail(err.Error())
 	}
 	l := Per(max, window)
+	algorithm, burst := "", false
 	for _, opt := range fields[1:] {
 		key, value, hasValue := strings.Cut(strings.ToLower(opt), "=")
 		switch {
-		case key == "fixed" && !hasValue:
-			l.Algorithm = FixedWindow
-		case key == "aligned" && !hasValue:
-			l.Algorithm = AlignedWindow
-		case key == "gcra" && !hasValue:
-			l.Algorithm = GCRA
+		case (key == "fixed" || key == "aligned" || key == "gcra") && !hasValue:
+			if algorithm != "" {
+				if algorithm == key {
+					return fail(fmt.Sprintf("option %q given twice", key))
+				}
+				return fail(fmt.Sprintf("options %q and %q conflict: a limit has one algorithm", algorithm, key))
+			}
+			algorithm = key
+			l.Algorithm = map[string]Algorithm{"fixed": FixedWindow, "aligned": AlignedWindow, "gcra": GCRA}[key]
 		case key == "burst" && hasValue:
+			if burst {
+				return fail(`option "burst" given twice`)
+			}
+			burst = true
 			b, err := strconv.ParseInt(value, 10, 64)
 			if err != nil || b < 1 {
 				return fail("burst must be a positive whole number")
 			}
 			l.Burst = b
 		default:
-			return fail(fmt.Sprintf("unknown option %q (want aligned, gcra or burst=N)", opt))
+			return fail(fmt.Sprintf("unknown option %q (want fixed, aligned, gcra or burst=N)", opt))
 		}
 	}
-	if l.Burst != 0 && l.Algorithm != GCRA {
+	if burst && l.Algorithm != GCRA {
 		return fail("burst applies only to gcra")
 	}
-	if err := l.Validate(); err != nil {
+	if _, err := l.compile(); err != nil {
 		return Limit{}, err
 	}
 	return l, nil
@@ -278,8 +175,8 @@ func parseWindow(text string) (time.Duration, error) {
 	if !ok {
 		return 0, fmt.Errorf("unknown window unit %q (want ms, s, min, h, day or week)", text[i:])
 	}
-	if count > int64(MaxWindow/unit) {
-		return 0, fmt.Errorf("window longer than %v", MaxWindow)
+	if count > int64(driver.MaxWindow/unit) {
+		return 0, fmt.Errorf("window longer than %v", driver.MaxWindow)
 	}
 	return time.Duration(count) * unit, nil
 }

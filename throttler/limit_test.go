@@ -1,14 +1,13 @@
 package throttler_test
 
 import (
-	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
 	"github.com/throttlekit/throttlekit/throttler"
 )
 
@@ -23,14 +22,14 @@ func TestParseLimit(t *testing.T) {
 		{"120/min", throttler.PerMinute(120), "120/min"},
 		{"5000/h", throttler.PerHour(5000), "5000/h"},
 		{"300000/day", throttler.PerDay(300000), "300000/day"},
-		{"1500000/week", throttler.PerWeek(1500000), "1500000/week"},
+		{"1500000/week", throttler.Per(1500000, 7*day), "1500000/week"},
 		{"100/2h", throttler.Per(100, 2*time.Hour), "100/2h"},
 		{"5/250ms", throttler.Per(5, 250*time.Millisecond), "5/250ms"},
 		{"7/90s", throttler.Per(7, 90*time.Second), "7/90s"},
 		{" 3/ 30d ", throttler.Limit{}, ""}, // space inside: rejected below
-		{"60/minute aligned", throttler.PerMinute(60).Using(throttler.AlignedWindow), "60/min aligned"},
-		{"10/s gcra", throttler.PerSecond(10).Using(throttler.GCRA), "10/s gcra"},
-		{"10/s GCRA burst=50", throttler.PerSecond(10).WithBurst(50), "10/s gcra burst=50"},
+		{"60/minute aligned", throttler.Limit{Max: 60, Window: time.Minute, Algorithm: throttler.AlignedWindow}, "60/min aligned"},
+		{"10/s gcra", throttler.Limit{Max: 10, Window: time.Second, Algorithm: throttler.GCRA}, "10/s gcra"},
+		{"10/s GCRA burst=50", throttler.Limit{Max: 10, Window: time.Second, Algorithm: throttler.GCRA, Burst: 50}, "10/s gcra burst=50"},
 		{"1/400d", throttler.Per(1, 400*day), "1/400day"},
 		{"2/Hours", throttler.Per(2, time.Hour), "2/h"},
 	}
@@ -57,6 +56,9 @@ func TestParseLimitErrors(t *testing.T) {
 		"10/month", "10/401d", "10/s burst=5", "10/s gcra burst=0", "10/s gcra burst=x",
 		"10/s sliding", "99999999999999999999/s", "2000000000000/s", "10/99999999999999999999week",
 		"1/1000000000000000h",
+		// Conflicting or repeated options.
+		"10/s aligned gcra", "10/s gcra aligned", "10/s fixed aligned", "10/s gcra gcra",
+		"10/s aligned aligned", "10/s gcra burst=5 burst=6",
 	} {
 		t.Run(in, func(t *testing.T) {
 			_, err := throttler.ParseLimit(in)
@@ -67,14 +69,22 @@ func TestParseLimitErrors(t *testing.T) {
 	}
 }
 
-func TestLimitValidate(t *testing.T) {
+func TestParseLimitNamesTheConflict(t *testing.T) {
+	_, err := throttler.ParseLimit("10/s aligned gcra")
+	require.ErrorIs(t, err, throttler.ErrInvalidLimit)
+	assert.Contains(t, err.Error(), `"aligned" and "gcra" conflict`)
+	_, err = throttler.ParseLimit("10/s gcra burst=5 burst=6")
+	assert.Contains(t, err.Error(), `"burst" given twice`)
+}
+
+func TestInvalidLimits(t *testing.T) {
 	bad := []throttler.Limit{
 		{Max: 0, Window: time.Second},
 		{Max: 1, Window: 0},
 		{Max: 1, Window: time.Microsecond},
 		{Max: 1, Window: 1500 * time.Microsecond},
-		{Max: 1, Window: throttler.MaxWindow + time.Millisecond},
-		{Max: throttler.MaxQuota + 1, Window: time.Second},
+		{Max: 1, Window: 400*24*time.Hour + time.Millisecond},
+		{Max: 1<<40 + 1, Window: time.Second},
 		{Max: 1, Window: time.Second, Algorithm: 7},
 		{Max: 1, Window: time.Second, Burst: 3},
 		{Max: 1, Window: time.Second, Algorithm: throttler.GCRA, Burst: -1},
@@ -83,24 +93,26 @@ func TestLimitValidate(t *testing.T) {
 		{Max: 1, Window: 24 * time.Hour, Algorithm: throttler.GCRA, Burst: 1 << 30},
 	}
 	for _, l := range bad {
-		assert.ErrorIs(t, l.Validate(), throttler.ErrInvalidLimit, "%+v", l)
+		_, err := throttler.NewPolicy("p", []throttler.Limit{l})
+		assert.ErrorIs(t, err, throttler.ErrInvalidLimit, "%+v", l)
 	}
 	good := []throttler.Limit{
-		throttler.PerSecond(1), throttler.Per(throttler.MaxQuota, throttler.MaxWindow),
-		throttler.Per(1, throttler.MinWindow), throttler.PerHour(10).WithBurst(100),
+		throttler.PerSecond(1), throttler.Per(1<<40, 400*24*time.Hour),
+		throttler.Per(1, time.Millisecond), {Max: 10, Window: time.Hour, Algorithm: throttler.GCRA, Burst: 100},
 	}
 	for _, l := range good {
-		assert.NoError(t, l.Validate(), "%+v", l)
+		_, err := throttler.NewPolicy("p", []throttler.Limit{l})
+		assert.NoError(t, err, "%+v", l)
 	}
 }
 
 func TestNewPolicy(t *testing.T) {
 	p, err := throttler.ParsePolicy("api", "10/s, 120/min, 240/h")
 	require.NoError(t, err)
-	assert.Equal(t, 3, p.Len())
+	assert.Len(t, p.Limits(), 3)
+	assert.Equal(t, "api", p.Name())
 	assert.Equal(t, "api: 10/s, 120/min, 240/h", p.String())
-	assert.Equal(t, "120/min", p.Limit(1).Name)
-	assert.Equal(t, throttler.FailOpen, p.FailureMode())
+	assert.Equal(t, "120/min", p.Limits()[1].Name)
 
 	_, err = throttler.ParsePolicy("api", "10/s, 10/s")
 	assert.ErrorIs(t, err, throttler.ErrInvalidPolicy, "duplicate names")
@@ -113,48 +125,34 @@ func TestNewPolicy(t *testing.T) {
 	_, err = throttler.ParsePolicy("api", "10/s,, 5/h")
 	assert.ErrorIs(t, err, throttler.ErrInvalidLimit)
 	_, err = throttler.NewPolicy("api", []throttler.Limit{throttler.PerSecond(1)}, throttler.WithFailureMode(9))
-	assert.ErrorIs(t, err, throttler.ErrInvalidPolicy)
+	assert.ErrorIs(t, err, throttler.ErrInvalidOption)
 	_, err = throttler.NewPolicy("api", []throttler.Limit{throttler.PerSecond(1)}, throttler.WithCallTimeout(-1))
-	assert.ErrorIs(t, err, throttler.ErrInvalidPolicy)
+	assert.ErrorIs(t, err, throttler.ErrInvalidOption)
+	_, err = throttler.NewPolicy("api", []throttler.Limit{throttler.PerSecond(1)}, throttler.WithLogger(nil))
+	assert.ErrorIs(t, err, throttler.ErrInvalidOption, "a throttler-only option on a policy")
+	_, err = throttler.NewPolicy("api", []throttler.Limit{throttler.PerSecond(1)}, nil)
+	assert.ErrorIs(t, err, throttler.ErrInvalidOption)
 
 	// Two limits with one rate but different algorithms need names.
-	_, err = throttler.NewPolicy("api", []throttler.Limit{throttler.PerSecond(1), throttler.PerSecond(1).Using(throttler.AlignedWindow)})
+	_, err = throttler.NewPolicy("api", []throttler.Limit{throttler.PerSecond(1), {Max: 1, Window: time.Second, Algorithm: throttler.AlignedWindow}})
 	require.NoError(t, err, "their notations differ")
-	named, err := throttler.NewPolicy("api", []throttler.Limit{throttler.PerSecond(1).Named("a"), throttler.PerSecond(1).Named("a").Using(throttler.GCRA)})
+	named, err := throttler.NewPolicy("api", []throttler.Limit{{Name: "a", Max: 1, Window: time.Second}, {Name: "a", Max: 1, Window: time.Second, Algorithm: throttler.GCRA}})
 	assert.Nil(t, named)
 	assert.ErrorIs(t, err, throttler.ErrInvalidPolicy)
-}
 
-func TestLimitKeysNeverCollide(t *testing.T) {
-	p, err := throttler.NewPolicy("p", []throttler.Limit{
-		throttler.PerSecond(1).Named("a:b"),
-		throttler.PerSecond(1).Named("a").Using(throttler.AlignedWindow),
-		throttler.PerMinute(1).Named("a" + ":fixed"),
-		throttler.PerSecond(1).Named("x").WithBurst(2),
-		throttler.PerSecond(1).Named("y").WithBurst(3),
-	})
+	// The caller's slice is not modified.
+	ls := []throttler.Limit{throttler.PerSecond(1)}
+	_, err = throttler.NewPolicy("api", ls)
 	require.NoError(t, err)
-	seen := map[string]bool{}
-	for i := 0; i < p.Len(); i++ {
-		k := p.LimitKey(i)
-		assert.False(t, seen[k], k)
-		seen[k] = true
-		assert.False(t, strings.ContainsAny(k, "{} \n"), k)
+	assert.Empty(t, ls[0].Name)
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	for _, opt := range []throttler.Option{throttler.WithCallTimeout(-time.Second), throttler.WithClock(nil),
+		throttler.WithObserver(nil), throttler.WithFailureMode(-1), nil} {
+		_, err := throttler.New(memorybackend.New(), opt)
+		assert.ErrorIs(t, err, throttler.ErrInvalidOption)
 	}
-}
-
-func TestEscapeKey(t *testing.T) {
-	assert.Equal(t, "user-42_a.b", throttler.EscapeKey("user-42_a.b"))
-	assert.Equal(t, "%7Ba%7D%20%00%0A%25%3A", throttler.EscapeKey("{a} \x00\n%:"))
-	assert.Equal(t, "%FF%FE", throttler.EscapeKey("\xff\xfe"))
-	// Injective: the escape of '%' keeps "%41" apart from "A".
-	assert.NotEqual(t, throttler.EscapeKey("%41"), throttler.EscapeKey("A"))
-}
-
-func TestValidateIdentifier(t *testing.T) {
-	assert.ErrorIs(t, throttler.ValidateIdentifier(""), throttler.ErrInvalidIdentifier)
-	assert.ErrorIs(t, throttler.ValidateIdentifier(strings.Repeat("x", 1025)), throttler.ErrInvalidIdentifier)
-	assert.NoError(t, throttler.ValidateIdentifier(strings.Repeat("x", 1024)))
-	assert.NoError(t, throttler.ValidateIdentifier("\x00"))
-	assert.True(t, errors.Is(throttler.ValidateIdentifier(""), throttler.ErrInvalidIdentifier))
+	_, err := throttler.New(nil)
+	assert.ErrorIs(t, err, throttler.ErrNotInitialized)
 }

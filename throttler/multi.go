@@ -3,6 +3,8 @@ package throttler
 import (
 	"context"
 	"fmt"
+
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // Subject is one identifier under one policy, such as the client IP under
@@ -24,8 +26,9 @@ type Subject struct {
 // subject's fixed window anchored at this moment (with nothing spent); that
 // subject's next request then finds the window open rather than opening its
 // own. Peeking every subject first would avoid that at the price of a
-// second round trip per subject on every request; this method does not. Between an earlier subject's consumption and its refund, a
-// concurrent request may see those units spent and be denied. When the
+// second round trip per subject on every request; this method does not.
+// Between an earlier subject's consumption and its refund, a concurrent
+// request may see those units spent and be denied. When the
 // backend does not implement Refunder, every subject is peeked first and
 // nothing is consumed if a peek already denies; a race can then still leave
 // units spent on earlier subjects. A refund that fails is reported to the
@@ -47,16 +50,16 @@ func (t *Throttler) AllowAll(ctx context.Context, cost int64, subjects ...Subjec
 	// A cost some subject can never hold is answered before anything is
 	// spent, the same way AllowN answers it.
 	for _, s := range subjects {
-		if cost > s.Policy.capacity() {
+		if cost > s.Policy.compiled.Capacity {
 			now, err := t.now()
 			if err != nil {
 				return Result{}, err
 			}
-			r, err := t.neverAllowed(ctx, Request{Policy: s.Policy, Identifier: s.Identifier, Cost: cost, Now: now})
+			r, err := t.neverAllowed(ctx, s.Policy, driver.Request{Policy: s.Policy.compiled, Identifier: s.Identifier, Cost: cost, Now: now})
 			return combine([]Result{r}), err
 		}
 	}
-	if _, ok := t.backend.(Refunder); !ok && cost > 0 {
+	if _, ok := t.backend.(driver.Refunder); !ok && cost > 0 {
 		for i, s := range subjects {
 			r, err := t.Peek(ctx, s.Policy, s.Identifier)
 			if err != nil {
@@ -89,17 +92,18 @@ func (t *Throttler) AllowAll(ctx context.Context, cost int64, subjects ...Subjec
 // peek's per-limit figures carry the stored state exactly: a fixed window's
 // Used and end, a GCRA limit's TAT (ResetAt = max(TAT, now)).
 func (t *Throttler) wouldAllow(s Subject, cost int64, peek Result) Result {
-	states := make([]State, len(peek.Limits))
+	states := make([]driver.State, len(peek.Limits))
 	for i, l := range peek.Limits {
 		if l.Algorithm == GCRA {
-			states[i] = State{End: l.ResetAt.UnixMicro()}
+			states[i] = driver.State{End: l.ResetAt.UnixMicro()}
 		} else {
-			states[i] = State{Used: l.Used, End: l.ResetAt.UnixMilli()}
+			states[i] = driver.State{Used: l.Used, End: l.ResetAt.UnixMilli()}
 		}
 	}
-	now := t.clock.Now()
-	allowed, _ := Decide(s.Policy, now, cost, states)
-	r := Evaluate(s.Policy, now, cost, allowed, states)
+	now := peek.At
+	probe := append([]driver.State(nil), states...)
+	allowed := driver.Decide(s.Policy.compiled, now, cost, probe)
+	r := evaluate(s.Policy, now, cost, allowed, states, nil)
 	r.Identifier = s.Identifier
 	return r
 }

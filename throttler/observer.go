@@ -6,24 +6,15 @@ import (
 	"time"
 )
 
-// Op names a throttler operation in an Event.
-type Op string
-
-// The operations a Throttler reports.
-const (
-	OpAllow  Op = "allow"
-	OpPeek   Op = "peek"
-	OpRefund Op = "refund"
-	OpReset  Op = "reset"
-)
-
 // Event describes one throttler operation for an Observer.
 type Event struct {
-	// Op is the operation.
-	Op Op
+	// Op is the operation: "allow" (AllowN, Allow and each subject of
+	// AllowAll), "peek", "refund" or "reset".
+	Op string
 	// Policy is the policy's name.
 	Policy string
-	// Result is the decision, for allow and peek; nil otherwise.
+	// Result is the decision, for allow, peek and refund; nil otherwise and
+	// when the operation failed.
 	Result *Result
 	// Err is the backend failure, or nil. A degraded Result carries it too.
 	Err error
@@ -31,52 +22,24 @@ type Event struct {
 	Latency time.Duration
 }
 
-// Observer receives an Event after every operation. It is how errors and
-// decisions reach logs and metrics. Observe is called on the request path
-// and must be fast and safe for concurrent use.
+// Observer receives an Event after every operation, with the caller's
+// context, so that logs and spans join the request's trace. It is how
+// decisions and failures reach metrics. Observe runs on the request path:
+// it must be fast and safe for concurrent use.
 type Observer interface {
-	Observe(Event)
+	Observe(ctx context.Context, e Event)
 }
 
 // ObserverFunc adapts a function to Observer.
-type ObserverFunc func(Event)
+type ObserverFunc func(ctx context.Context, e Event)
 
-// Observe calls f(e).
-func (f ObserverFunc) Observe(e Event) { f(e) }
+// Observe calls f(ctx, e).
+func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
 
-// NopObserver ignores every event.
-type NopObserver struct{}
-
-// Observe does nothing.
-func (NopObserver) Observe(Event) {}
-
-// SlogObserver logs every event that carries an error at Warn level, with the
-// operation, the policy and the latency. It is the throttler's default, on
-// slog.Default() when Logger is nil.
-type SlogObserver struct {
-	Logger *slog.Logger
-}
-
-// Observe logs e if it carries an error.
-func (o SlogObserver) Observe(e Event) {
-	if e.Err == nil {
-		return
-	}
-	l := o.Logger
-	if l == nil {
-		l = slog.Default()
-	}
-	l.LogAttrs(context.Background(), slog.LevelWarn, "throttler: backend failure",
-		slog.String("op", string(e.Op)), slog.String("policy", e.Policy),
+// logFailure logs a backend failure at Warn level, with the caller's
+// context.
+func logFailure(ctx context.Context, l *slog.Logger, e Event) {
+	l.LogAttrs(ctx, slog.LevelWarn, "throttlekit: backend failure",
+		slog.String("op", e.Op), slog.String("policy", e.Policy),
 		slog.Duration("latency", e.Latency), slog.Any("error", e.Err))
-}
-
-// MultiObserver sends every event to each of its observers in turn.
-type MultiObserver []Observer
-
-// Observe passes e to every observer.
-func (m MultiObserver) Observe(e Event) {
-	for _, o := range m {
-		o.Observe(e)
-	}
 }

@@ -2,97 +2,56 @@ package throttler
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
-// FailureMode says what a decision becomes when the backend fails.
-type FailureMode int
-
-const (
-	// FailOpen allows the request when the backend fails (the default): an
-	// outage of the limiter's store does not become an outage of the API.
-	FailOpen FailureMode = iota
-	// FailClosed denies the request when the backend fails.
-	FailClosed
-)
-
-// String returns "open" or "closed".
-func (m FailureMode) String() string {
-	if m == FailClosed {
-		return "closed"
-	}
-	return "open"
-}
-
-// Policy is a named, ordered set of limits decided together, all or nothing,
-// for one identifier. Build it with NewPolicy or ParsePolicy; it is immutable
-// and safe for concurrent use.
+// Policy is a named, ordered set of limits decided together, all or
+// nothing, for one identifier: "10/s, 120/min, 5000/h", say. Build it with
+// NewPolicy or ParsePolicy; it is immutable and safe for concurrent use.
+//
+// Stored state is keyed by the policy's name and each limit's name,
+// algorithm and window, so redefining a policy keeps the state of the
+// limits it keeps and leaves the state of the ones it drops untouched.
 type Policy struct {
-	name      string
-	limits    []Limit
-	keys      []string
-	failure   FailureMode
-	timeout   time.Duration
-	minWindow time.Duration
+	compiled *driver.Policy
+	limits   []Limit
+	over     settings // WithCallTimeout and WithFailureMode, when given
 }
 
-// PolicyOption configures a Policy.
-type PolicyOption func(*Policy)
-
-// WithFailureMode sets what a decision becomes when the backend fails; the
-// default is FailOpen.
-func WithFailureMode(m FailureMode) PolicyOption { return func(p *Policy) { p.failure = m } }
-
-// WithCallTimeout bounds each backend call made for this policy, overriding
-// the throttler's timeout (DefaultTimeout unless set with WithTimeout).
-func WithCallTimeout(d time.Duration) PolicyOption { return func(p *Policy) { p.timeout = d } }
-
-// NewPolicy returns a policy named name over limits. Unnamed limits are named
-// after their notation ("10/s"). The error wraps ErrInvalidPolicy or
-// ErrInvalidLimit.
-func NewPolicy(name string, limits []Limit, opts ...PolicyOption) (*Policy, error) {
-	if name == "" {
-		return nil, fmt.Errorf("%w: empty name", ErrInvalidPolicy)
-	}
-	if len(limits) == 0 {
-		return nil, fmt.Errorf("%w: %q has no limits", ErrInvalidPolicy, name)
-	}
-	p := &Policy{name: name, limits: make([]Limit, len(limits)), keys: make([]string, len(limits))}
-	seen := make(map[string]bool, len(limits))
+// NewPolicy returns a policy named name over limits. Unnamed limits are
+// named after their notation ("10/s"). opts may hold WithCallTimeout and
+// WithFailureMode, which override the throttler's. The error wraps
+// ErrInvalidPolicy, ErrInvalidLimit or ErrInvalidOption.
+func NewPolicy(name string, limits []Limit, opts ...Option) (*Policy, error) {
+	compiled := make([]driver.Limit, len(limits))
 	for i, l := range limits {
-		if err := l.Validate(); err != nil {
+		c, err := l.compile()
+		if err != nil {
 			return nil, fmt.Errorf("policy %q: %w", name, err)
 		}
-		if l.Name == "" {
-			l.Name = l.String()
-		}
-		if seen[l.Name] {
-			return nil, fmt.Errorf("%w: %q has two limits named %q", ErrInvalidPolicy, name, l.Name)
-		}
-		seen[l.Name] = true
+		compiled[i] = c
+	}
+	dp, err := driver.NewPolicy(name, compiled...)
+	if err != nil {
+		return nil, err
+	}
+	p := &Policy{compiled: dp, limits: make([]Limit, len(limits)), over: settings{forPolicy: true}}
+	for i, l := range limits {
+		l.Name = compiled[i].Name
 		p.limits[i] = l
-		p.keys[i] = limitKey(l)
-		if p.minWindow == 0 || l.Window < p.minWindow {
-			p.minWindow = l.Window
-		}
 	}
-	for _, opt := range opts {
-		opt(p)
-	}
-	if p.failure != FailOpen && p.failure != FailClosed {
-		return nil, fmt.Errorf("%w: %q: unknown failure mode %d", ErrInvalidPolicy, name, int(p.failure))
-	}
-	if p.timeout < 0 {
-		return nil, fmt.Errorf("%w: %q: negative call timeout", ErrInvalidPolicy, name)
+	if err := applyOptions(&p.over, opts); err != nil {
+		return nil, fmt.Errorf("policy %q: %w", name, err)
 	}
 	return p, nil
 }
 
 // ParsePolicy returns a policy from a comma-separated list of limits in
 // ParseLimit's notation, such as "10/s, 120/min, 240/h".
-func ParsePolicy(name, limits string, opts ...PolicyOption) (*Policy, error) {
+func ParsePolicy(name, limits string, opts ...Option) (*Policy, error) {
 	var ls []Limit
 	for _, part := range strings.Split(limits, ",") {
 		l, err := ParseLimit(part)
@@ -104,57 +63,56 @@ func ParsePolicy(name, limits string, opts ...PolicyOption) (*Policy, error) {
 	return NewPolicy(name, ls, opts...)
 }
 
-// Name returns the policy's name.
-func (p *Policy) Name() string { return p.name }
+// Name returns the policy's name; "" for a nil or zero Policy.
+func (p *Policy) Name() string {
+	if p.validate() != nil {
+		return ""
+	}
+	return p.compiled.Name
+}
 
-// Len returns the number of limits.
-func (p *Policy) Len() int { return len(p.limits) }
-
-// Limit returns the i-th limit, named.
-func (p *Policy) Limit(i int) Limit { return p.limits[i] }
-
-// Limits returns a copy of the policy's limits, in order.
-func (p *Policy) Limits() []Limit { return append([]Limit(nil), p.limits...) }
-
-// LimitKey returns the storage identity of the i-th limit: its escaped name,
-// algorithm, window in milliseconds and, for GCRA, its burst. Two limits
-// whose keys differ never share stored state; raising Max keeps the key, so
-// a raised limit applies to the current window at once. Backends join it
-// with PolicyKey and the escaped identifier to name stored state.
-func (p *Policy) LimitKey(i int) string { return p.keys[i] }
-
-// PolicyKey returns the policy's name escaped with EscapeKey.
-func (p *Policy) PolicyKey() string { return EscapeKey(p.name) }
-
-// FailureMode returns what a decision becomes when the backend fails.
-func (p *Policy) FailureMode() FailureMode { return p.failure }
-
-// CallTimeout returns the policy's own per-call timeout, or 0 when it uses
-// the throttler's.
-func (p *Policy) CallTimeout() time.Duration { return p.timeout }
+// Limits returns a copy of the policy's limits, in order, each named; nil
+// for a nil or zero Policy.
+func (p *Policy) Limits() []Limit {
+	if p == nil {
+		return nil
+	}
+	return append([]Limit(nil), p.limits...)
+}
 
 // String returns the policy in ParsePolicy's notation, prefixed by its name:
 // "api: 10/s, 5000/h".
 func (p *Policy) String() string {
+	if p.validate() != nil {
+		return "<nil policy>"
+	}
 	parts := make([]string, len(p.limits))
 	for i, l := range p.limits {
 		parts[i] = l.String()
 	}
-	return p.name + ": " + strings.Join(parts, ", ")
-}
-
-func limitKey(l Limit) string {
-	k := EscapeKey(l.Name) + ":" + l.Algorithm.String() + ":" + strconv.FormatInt(l.Window.Milliseconds(), 10)
-	if l.Algorithm == GCRA {
-		k += ":" + strconv.FormatInt(l.capacity(), 10)
-	}
-	return k
+	return p.compiled.Name + ": " + strings.Join(parts, ", ")
 }
 
 // validate reports whether p is usable: non-nil and built by NewPolicy.
 func (p *Policy) validate() error {
-	if p == nil || len(p.limits) == 0 {
+	if p == nil || !p.compiled.Valid() {
 		return fmt.Errorf("%w: nil or zero policy (build it with NewPolicy)", ErrInvalidPolicy)
 	}
 	return nil
+}
+
+// failureMode and callTimeout resolve the policy's settings against the
+// throttler's defaults.
+func (p *Policy) failureMode(def FailureMode) FailureMode {
+	if p.over.failureSet {
+		return p.over.failure
+	}
+	return def
+}
+
+func (p *Policy) callTimeout(def time.Duration) time.Duration {
+	if p.over.timeoutSet {
+		return p.over.timeout
+	}
+	return def
 }

@@ -1,6 +1,13 @@
 package throttler
 
-import "time"
+import (
+	"time"
+
+	"github.com/throttlekit/throttlekit/throttler/driver"
+)
+
+// Never is the RetryAfter of a request that can never be allowed.
+const Never = driver.Never
 
 // Result is the outcome of a decision for one identifier. Its top-level
 // fields describe the binding limit: on allow, the limit with the smallest
@@ -31,14 +38,21 @@ type Result struct {
 	Limits []LimitResult
 	// Policy and Identifier name what was decided.
 	Policy, Identifier string
+	// At is the clock reading the decision was made at; ResetAt - At is how
+	// long the binding limit takes to be whole again.
+	At time.Time
 	// NeverAllowed reports a cost above some limit's capacity: denied, and
 	// no amount of waiting changes that (RetryAfter is Never).
 	NeverAllowed bool
-	// Degraded reports that the backend failed and the policy's failure mode
-	// decided instead; Err holds the failure (it wraps ErrBackend).
+	// Degraded reports that the backend failed and the failure mode decided
+	// instead; Err holds the failure (it wraps ErrBackend). A degraded
+	// result's counts are the failure mode's, not the store's.
 	Degraded bool
 	// Err is the backend failure behind a degraded result, or nil.
 	Err error
+	// Cached reports a denial answered from the throttler's deny cache
+	// (WithDenyCache) without a backend call.
+	Cached bool
 	// Subjects holds the result for each subject of Throttler.AllowAll, in
 	// the order given; it is nil otherwise.
 	Subjects []Result
@@ -62,62 +76,26 @@ type LimitResult struct {
 	RetryAfter time.Duration
 }
 
-// Evaluate turns the states a backend returned for a decision into a Result.
-// states are the states after the decision (a denial leaves them as they
-// were), one per limit of p; allowed is the backend's verdict. Closed windows
-// are treated as absent here too, so a stale replica or an unevicted item can
-// never show old counts. Evaluate is what the Throttler does with every
-// backend outcome; backends need not call it.
-func Evaluate(p *Policy, now time.Time, cost int64, allowed bool, states []State) Result {
-	nowMs, nowUs := now.UnixMilli(), now.UnixMicro()
-	r := Result{Allowed: allowed, Policy: p.name, Limits: make([]LimitResult, len(p.limits))}
-	for i := range p.limits {
-		var s State
+// evaluate turns the states a backend returned into a Result, whose
+// per-limit figures go to out when it has room for them.
+func evaluate(p *Policy, now time.Time, cost int64, allowed bool, states []driver.State, out []LimitResult) Result {
+	limits := p.compiled.Limits
+	if len(out) != len(limits) {
+		out = make([]LimitResult, len(limits))
+	}
+	r := Result{Allowed: allowed, Policy: p.compiled.Name, At: now, Limits: out}
+	for i := range limits {
+		var s driver.State
 		if i < len(states) {
 			s = states[i]
 		}
-		r.Limits[i] = evaluateLimit(&p.limits[i], s, nowMs, nowUs, cost, allowed, now.Location())
+		l := &limits[i]
+		st := driver.Evaluate(l, s, now, cost, allowed)
+		r.Limits[i] = LimitResult{Name: l.Name, Algorithm: l.Algorithm, Window: l.Window, Allowed: st.Allowed,
+			Limit: st.Limit, Remaining: st.Remaining, Used: st.Used, ResetAt: st.ResetAt, RetryAfter: st.RetryAfter}
 	}
 	r.setBinding(pickBinding(r.Limits, allowed))
 	return r
-}
-
-func evaluateLimit(l *Limit, s State, nowMs, nowUs, cost int64, allowed bool, loc *time.Location) LimitResult {
-	lr := LimitResult{Name: l.Name, Algorithm: l.Algorithm, Window: l.Window, Limit: l.capacity()}
-	lr.Allowed = allowed || limitAllows(l, s, nowMs, nowUs, cost)
-	if l.Algorithm == GCRA {
-		t := emissionMicros(*l)
-		b := l.capacity()
-		tat := max(s.End, nowUs)
-		// (nowUs - (tat - b*t)) lies in (-inf, b*t]; a negative quotient
-		// truncates towards zero, which the clamp below makes right.
-		lr.Remaining = min(max((nowUs-(tat-b*t))/t, 0), b)
-		lr.Used = b - lr.Remaining
-		lr.ResetAt = time.UnixMicro(tat).In(loc)
-		if !lr.Allowed {
-			if cost > b {
-				lr.RetryAfter = Never
-			} else {
-				lr.RetryAfter = time.Duration(tat+cost*t-b*t-nowUs) * time.Microsecond
-			}
-		}
-		return lr
-	}
-	used, end := int64(0), windowOpening(l, nowMs)
-	if s.End > nowMs {
-		used, end = min(max(s.Used, 0), l.Max), s.End
-	}
-	lr.Used = used
-	lr.Remaining = l.Max - used
-	lr.ResetAt = time.UnixMilli(end).In(loc)
-	if !lr.Allowed {
-		if cost > l.Max {
-			lr.RetryAfter = Never
-		} else {
-			lr.RetryAfter = time.Duration(end-nowMs) * time.Millisecond
-		}
-	}
-	return lr
 }
 
 // pickBinding returns the index of the binding limit.

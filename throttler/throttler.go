@@ -4,81 +4,62 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"reflect"
 	"time"
+
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
-// Defaults of a Throttler.
-const (
-	// DefaultTimeout bounds each backend call unless WithTimeout or the
-	// policy's WithCallTimeout says otherwise.
-	DefaultTimeout = 100 * time.Millisecond
-	// DefaultDegradedRetryAfter is the RetryAfter of a request denied by
-	// FailClosed because the backend failed.
-	DefaultDegradedRetryAfter = time.Second
-)
-
-// ErrNoBackend reports a Throttler built without a backend.
-var ErrNoBackend = errors.New("throttler: no backend")
+// degradedRetryAfter is the RetryAfter of a request denied by FailClosed.
+const degradedRetryAfter = time.Second
 
 // Throttler decides requests against policies, delegating storage to a
-// Backend. It owns everything that is the same for every store: input
+// backend. It owns everything that is the same for every store: input
 // validation, the clock, per-call timeouts, failure modes, observation and
 // the arithmetic that turns stored state into a Result. It is safe for
-// concurrent use.
+// concurrent use. The zero Throttler returns ErrNotInitialized from every
+// method; build one with New.
 type Throttler struct {
-	backend       Backend
-	clock         Clock
-	observer      Observer
-	timeout       time.Duration
-	degradedRetry time.Duration
+	backend     driver.Backend
+	clock       Clock
+	wallClock   bool         // clock is the wall clock: a call's latency is time.Since(now)
+	nonblocking bool         // the backend never blocks: no timeout context
+	logger      *slog.Logger // where failures are logged; nil: nowhere
+	observers   []Observer
+	timeout     time.Duration
+	failure     FailureMode
+	denies      *denyCache // nil without WithDenyCache
 }
 
-// Option configures a Throttler.
-type Option func(*Throttler)
-
-// WithClock sets the clock that supplies now for every decision; the
-// default is SystemClock.
-func WithClock(c Clock) Option { return func(t *Throttler) { t.clock = c } }
-
-// WithObserver sets where events go; the default is SlogObserver on
-// slog.Default(). Use MultiObserver to send them to several places.
-func WithObserver(o Observer) Option { return func(t *Throttler) { t.observer = o } }
-
-// WithTimeout bounds every backend call of policies without a timeout of
-// their own; the default is DefaultTimeout. Zero or less leaves calls bound
-// only by the caller's context.
-func WithTimeout(d time.Duration) Option { return func(t *Throttler) { t.timeout = d } }
-
-// WithDegradedRetryAfter sets the RetryAfter of requests denied by
-// FailClosed; the default is DefaultDegradedRetryAfter.
-func WithDegradedRetryAfter(d time.Duration) Option {
-	return func(t *Throttler) { t.degradedRetry = d }
+// New returns a Throttler over backend b, a value from one of the backend
+// packages (memorybackend, redisbackend, memcachedbackend, shardedbackend,
+// rollout) or any driver.Backend. Without options it reads the wall clock,
+// fails open, bounds each backend call by DefaultCallTimeout and logs
+// backend failures to slog.Default(). A nil b, or a typed nil pointer in
+// it, is ErrNotInitialized; a bad option is ErrInvalidOption.
+func New(b driver.Backend, opts ...Option) (*Throttler, error) {
+	if b == nil {
+		return nil, fmt.Errorf("%w: New: nil backend", ErrNotInitialized)
+	}
+	if v := reflect.ValueOf(b); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, fmt.Errorf("%w: New: nil %T backend", ErrNotInitialized, b)
+	}
+	s := settings{clock: wallClock{}, timeout: DefaultCallTimeout}
+	if err := applyOptions(&s, opts); err != nil {
+		return nil, err
+	}
+	t := &Throttler{backend: b, clock: s.clock, timeout: s.timeout, failure: s.failure,
+		logger: s.logger, observers: s.observers, denies: s.denyCache}
+	if !s.loggerSet {
+		t.logger = slog.Default()
+	}
+	_, t.wallClock = s.clock.(wallClock)
+	if nb, ok := b.(driver.Nonblocking); ok {
+		t.nonblocking = nb.Nonblocking()
+	}
+	return t, nil
 }
-
-// New returns a Throttler over b.
-func New(b Backend, opts ...Option) *Throttler {
-	t := &Throttler{backend: b, clock: SystemClock{}, observer: SlogObserver{}, timeout: DefaultTimeout,
-		degradedRetry: DefaultDegradedRetryAfter}
-	for _, opt := range opts {
-		opt(t)
-	}
-	if t.clock == nil {
-		t.clock = SystemClock{}
-	}
-	if t.observer == nil {
-		t.observer = NopObserver{}
-	}
-	if t.degradedRetry <= 0 {
-		t.degradedRetry = DefaultDegradedRetryAfter
-	}
-	return t
-}
-
-// Backend returns the throttler's backend.
-func (t *Throttler) Backend() Backend { return t.backend }
-
-// Clock returns the throttler's clock.
-func (t *Throttler) Clock() Clock { return t.clock }
 
 // Allow decides a request of cost 1. It is shorthand for AllowN(ctx, p, id, 1).
 func (t *Throttler) Allow(ctx context.Context, p *Policy, id string) (Result, error) {
@@ -90,10 +71,11 @@ func (t *Throttler) Allow(ctx context.Context, p *Policy, id string) (Result, er
 //
 // A denial is not an error: err is nil and r.Allowed is false. err is
 // non-nil only for invalid input (ErrInvalidPolicy, ErrInvalidIdentifier,
-// ErrInvalidCost), for a cost above a limit's capacity (ErrCostExceedsLimit,
-// with r.NeverAllowed set), or when ctx itself is done. A backend failure
-// is not returned as an error either: the policy's failure mode decides,
-// r.Degraded is set, r.Err holds the failure and the observer is told.
+// ErrInvalidCost, ErrNotInitialized, ErrClockOutOfRange), for a cost above
+// a limit's capacity (ErrCostExceedsLimit, with r.NeverAllowed set), or
+// when ctx itself is done. A backend failure is not returned as an error
+// either: the failure mode decides, r.Degraded is set, r.Err holds the
+// failure and the observers are told.
 func (t *Throttler) AllowN(ctx context.Context, p *Policy, id string, cost int64) (Result, error) {
 	if err := t.check(p, id, cost); err != nil {
 		return Result{}, err
@@ -102,7 +84,7 @@ func (t *Throttler) AllowN(ctx context.Context, p *Policy, id string, cost int64
 }
 
 // Peek returns the result a cost-0 request would get, without changing any
-// state. Backends that implement Peeker may answer it from a replica.
+// state. Backends that implement driver.Peeker may answer it from a replica.
 func (t *Throttler) Peek(ctx context.Context, p *Policy, id string) (Result, error) {
 	if err := t.check(p, id, 0); err != nil {
 		return Result{}, err
@@ -111,76 +93,89 @@ func (t *Throttler) Peek(ctx context.Context, p *Policy, id string) (Result, err
 	if err != nil {
 		return Result{}, err
 	}
-	req := Request{Policy: p, Identifier: id, Now: now}
-	out, lat, err := t.call(ctx, p, func(ctx context.Context) (Outcome, error) {
-		if pk, ok := t.backend.(Peeker); ok {
-			return pk.Peek(ctx, req)
-		}
-		return t.backend.Decide(ctx, req)
-	})
-	return t.finish(ctx, OpPeek, req, out, lat, err)
+	req := driver.Request{Policy: p.compiled, Identifier: id, Now: now}
+	var limits []LimitResult
+	limits, req.Buffer = buffers(len(p.compiled.Limits))
+	out, lat, err := t.call(ctx, p, req, func(ctx context.Context) (driver.Outcome, error) { return t.peek(ctx, req) })
+	return t.finish(ctx, "peek", p, req, limits, out, lat, err)
 }
 
-// Refund gives back up to n units of the identifier's current windows (see
-// the package function Refund) and returns the state after it, as a peek
-// would report it. Use it to charge at the start of a request and refund
-// when the response turns out to be free, such as a 304 Not Modified.
+// Refund gives back up to n units of the identifier's current windows
+// (fixed windows: Used -= n, not below 0; GCRA: the state moves back n
+// emission intervals, not before now) and returns the state after it, as a
+// peek would report it. A window that has closed is left alone. Use it to
+// charge at the start of a request and refund when the response turns out
+// to be free, such as a 304 Not Modified.
 //
 // A backend failure is returned as an error wrapping ErrBackend; a backend
-// without Refunder gives ErrUnsupported.
+// without driver.Refunder gives errors.ErrUnsupported.
 func (t *Throttler) Refund(ctx context.Context, p *Policy, id string, n int64) (Result, error) {
 	if err := t.check(p, id, n); err != nil {
 		return Result{}, err
 	}
-	rf, ok := t.backend.(Refunder)
+	rf, ok := t.backend.(driver.Refunder)
 	if !ok {
-		return Result{}, fmt.Errorf("%w: refund", ErrUnsupported)
+		return Result{}, fmt.Errorf("%w: %T cannot refund", errors.ErrUnsupported, t.backend)
 	}
 	now, err := t.now()
 	if err != nil {
 		return Result{}, err
 	}
-	req := Request{Policy: p, Identifier: id, Cost: n, Now: now}
-	out, lat, err := t.call(ctx, p, func(ctx context.Context) (Outcome, error) { return rf.Refund(ctx, req) })
+	req := driver.Request{Policy: p.compiled, Identifier: id, Cost: n, Now: now}
+	out, lat, err := t.call(ctx, p, req, func(ctx context.Context) (driver.Outcome, error) { return rf.Refund(ctx, req) })
+	if t.denies != nil {
+		// After the refund, so that no denial made before it stays cached.
+		t.denies.forget(p, id)
+	}
 	if err != nil {
-		t.observer.Observe(Event{Op: OpRefund, Policy: p.name, Err: err, Latency: lat})
+		t.observe(ctx, "refund", p, req, nil, err, lat)
 		return Result{}, err
 	}
-	r := Evaluate(p, req.Now, 0, true, out.States)
+	r := evaluate(p, now, 0, true, out.States, nil)
 	r.Identifier = id
-	t.observer.Observe(Event{Op: OpRefund, Policy: p.name, Result: &r, Latency: lat})
+	t.observe(ctx, "refund", p, req, &r, nil, lat)
 	return r, nil
 }
 
-// Reset forgets the identifier's state for policy p. A backend failure is
-// returned as an error wrapping ErrBackend; a backend without Resetter gives
-// ErrUnsupported.
+// Reset forgets the identifier's state for policy p (an administrator's
+// operation). A backend failure is returned as an error wrapping
+// ErrBackend; a backend without driver.Resetter gives
+// errors.ErrUnsupported.
 func (t *Throttler) Reset(ctx context.Context, p *Policy, id string) error {
 	if err := t.check(p, id, 0); err != nil {
 		return err
 	}
-	rs, ok := t.backend.(Resetter)
+	rs, ok := t.backend.(driver.Resetter)
 	if !ok {
-		return fmt.Errorf("%w: reset", ErrUnsupported)
+		return fmt.Errorf("%w: %T cannot reset", errors.ErrUnsupported, t.backend)
 	}
-	_, lat, err := t.callStates(ctx, p, false, func(ctx context.Context) (Outcome, error) {
-		return Outcome{}, rs.Reset(ctx, p, id)
+	now, err := t.now()
+	if err != nil {
+		return err
+	}
+	if t.denies != nil {
+		defer t.denies.forget(p, id)
+	}
+	req := driver.Request{Policy: p.compiled, Identifier: id, Now: now}
+	_, lat, err := t.callStates(ctx, p, req, false, func(ctx context.Context) (driver.Outcome, error) {
+		return driver.Outcome{}, rs.Reset(ctx, p.compiled, id)
 	})
-	t.observer.Observe(Event{Op: OpReset, Policy: p.name, Err: err, Latency: lat})
+	t.observe(ctx, "reset", p, req, nil, err, lat)
 	return err
 }
 
-// Ping checks that the backend's store is reachable, within the throttler's
-// timeout. Backends without Pinger are taken to be reachable.
+// Ping checks that the backend's store is reachable, within the call
+// timeout. A backend without driver.Pinger is taken to be reachable. The
+// error wraps ErrBackend.
 func (t *Throttler) Ping(ctx context.Context) error {
-	if t.backend == nil {
-		return ErrNoBackend
+	if t == nil || t.backend == nil {
+		return fmt.Errorf("%w: zero Throttler (build it with New)", ErrNotInitialized)
 	}
-	pg, ok := t.backend.(Pinger)
+	pg, ok := t.backend.(driver.Pinger)
 	if !ok {
 		return nil
 	}
-	ctx, cancel := t.callContext(ctx, nil)
+	ctx, cancel := t.callContext(ctx, t.timeout)
 	defer cancel()
 	if err := pg.Ping(ctx); err != nil {
 		return wrapBackend(err)
@@ -195,19 +190,27 @@ func (t *Throttler) now() (time.Time, error) {
 }
 
 func (t *Throttler) check(p *Policy, id string, cost int64) error {
-	if t.backend == nil {
-		return ErrNoBackend
+	if t == nil || t.backend == nil {
+		return fmt.Errorf("%w: zero Throttler (build it with New)", ErrNotInitialized)
 	}
 	if err := p.validate(); err != nil {
 		return err
 	}
-	if err := ValidateIdentifier(id); err != nil {
-		return err
+	if len(id) == 0 || len(id) > driver.MaxIdentifierLen {
+		return fmt.Errorf("%w: length %d, want 1 to %d bytes", ErrInvalidIdentifier, len(id), driver.MaxIdentifierLen)
 	}
 	if cost < 0 {
 		return fmt.Errorf("%w: %d is negative", ErrInvalidCost, cost)
 	}
 	return nil
+}
+
+func (t *Throttler) peek(ctx context.Context, req driver.Request) (driver.Outcome, error) {
+	req.Cost = 0
+	if pk, ok := t.backend.(driver.Peeker); ok {
+		return pk.Peek(ctx, req)
+	}
+	return t.backend.Decide(ctx, req)
 }
 
 // decide runs one validated decision.
@@ -216,119 +219,179 @@ func (t *Throttler) decide(ctx context.Context, p *Policy, id string, cost int64
 	if err != nil {
 		return Result{}, err
 	}
-	req := Request{Policy: p, Identifier: id, Cost: cost, Now: now}
-	if cost > p.capacity() {
-		return t.neverAllowed(ctx, req)
+	req := driver.Request{Policy: p.compiled, Identifier: id, Cost: cost, Now: now}
+	if cost > p.compiled.Capacity {
+		return t.neverAllowed(ctx, p, req)
 	}
-	out, lat, err := t.call(ctx, p, func(ctx context.Context) (Outcome, error) { return t.backend.Decide(ctx, req) })
-	return t.finish(ctx, OpAllow, req, out, lat, err)
+	if t.denies != nil && cost > 0 {
+		if r, ok := t.denies.lookup(p, id, cost, now); ok {
+			if len(t.observers) > 0 {
+				rc := r
+				t.observe(ctx, "allow", p, req, &rc, nil, 0)
+			}
+			return r, nil
+		}
+	}
+	var limits []LimitResult
+	limits, req.Buffer = buffers(len(p.compiled.Limits))
+	out, lat, err := t.call(ctx, p, req, func(ctx context.Context) (driver.Outcome, error) { return t.backend.Decide(ctx, req) })
+	r, err := t.finish(ctx, "allow", p, req, limits, out, lat, err)
+	if t.denies != nil && err == nil && !r.Allowed {
+		t.denies.remember(p, r, cost)
+	}
+	return r, err
 }
 
-// finish turns a backend outcome, or its failure, into a Result.
-func (t *Throttler) finish(ctx context.Context, op Op, req Request, out Outcome, lat time.Duration, err error) (Result, error) {
+// buffers returns room for a Result's limits and a backend's states, in
+// one allocation sized to the policy for policies of up to four limits.
+func buffers(n int) ([]LimitResult, []driver.State) {
+	switch {
+	case n == 1:
+		b := new(struct {
+			limits [1]LimitResult
+			states [1]driver.State
+		})
+		return b.limits[:], b.states[:0]
+	case n == 2:
+		b := new(struct {
+			limits [2]LimitResult
+			states [2]driver.State
+		})
+		return b.limits[:], b.states[:0]
+	case n <= 4:
+		b := new(struct {
+			limits [4]LimitResult
+			states [4]driver.State
+		})
+		return b.limits[:n:n], b.states[:0:n]
+	}
+	return make([]LimitResult, n), make([]driver.State, 0, n)
+}
+
+// finish turns a backend outcome, or its failure, into a Result whose
+// per-limit figures go to limits.
+func (t *Throttler) finish(ctx context.Context, op string, p *Policy, req driver.Request, limits []LimitResult, out driver.Outcome, lat time.Duration, err error) (Result, error) {
 	if err != nil && ctx.Err() != nil {
 		// The caller gave up: there is nobody to apply a failure mode for.
 		return Result{}, ctx.Err()
 	}
+	if errors.Is(err, ErrNotInitialized) {
+		return Result{}, err
+	}
 	var r Result
 	if err != nil {
-		r = t.degraded(req, err)
+		r = t.degraded(p, req, err, limits)
 	} else {
-		r = Evaluate(req.Policy, req.Now, req.Cost, out.Allowed, out.States)
+		r = evaluate(p, req.Now, req.Cost, out.Allowed, out.States, limits)
 	}
 	r.Identifier = req.Identifier
-	t.observer.Observe(Event{Op: op, Policy: req.Policy.name, Result: &r, Err: r.Err, Latency: lat})
+	if err != nil || len(t.observers) > 0 {
+		rc := r // only this branch pays for an escaping copy
+		t.observe(ctx, op, p, req, &rc, err, lat)
+	}
 	return r, nil
 }
 
 // neverAllowed answers a request whose cost exceeds a limit's capacity: it
 // reads the current state (so the figures are true), changes nothing and
 // reports RetryAfter = Never.
-func (t *Throttler) neverAllowed(ctx context.Context, req Request) (Result, error) {
-	peek := req
-	peek.Cost = 0
-	out, lat, err := t.call(ctx, req.Policy, func(ctx context.Context) (Outcome, error) {
-		if pk, ok := t.backend.(Peeker); ok {
-			return pk.Peek(ctx, peek)
-		}
-		return t.backend.Decide(ctx, peek)
-	})
-	r := Evaluate(req.Policy, req.Now, req.Cost, false, out.States)
+func (t *Throttler) neverAllowed(ctx context.Context, p *Policy, req driver.Request) (Result, error) {
+	out, lat, err := t.call(ctx, p, req, func(ctx context.Context) (driver.Outcome, error) { return t.peek(ctx, req) })
+	if errors.Is(err, ErrNotInitialized) {
+		return Result{}, err
+	}
+	r := evaluate(p, req.Now, req.Cost, false, out.States, nil)
 	if err != nil {
 		r.Degraded, r.Err = true, err
 	}
 	r.Identifier, r.NeverAllowed, r.RetryAfter = req.Identifier, true, Never
-	t.observer.Observe(Event{Op: OpAllow, Policy: req.Policy.name, Result: &r, Err: err, Latency: lat})
+	t.observe(ctx, "allow", p, req, &r, err, lat)
 	return r, fmt.Errorf("%w: cost %d, limit %q holds %d", ErrCostExceedsLimit, req.Cost, r.Binding, r.Limit)
 }
 
-// degraded builds the result of a failed backend call from the policy's
-// failure mode: the figures of a fresh window after this request (fail
-// open), or a denial with nothing remaining (fail closed).
-func (t *Throttler) degraded(req Request, err error) Result {
-	p := req.Policy
-	_, fresh := Decide(p, req.Now, req.Cost, make([]State, len(p.limits)))
-	r := Evaluate(p, req.Now, req.Cost, true, fresh)
+// degraded builds the result of a failed backend call from the failure
+// mode: the figures of a fresh window after this request (fail open), or a
+// denial with nothing remaining (fail closed).
+func (t *Throttler) degraded(p *Policy, req driver.Request, err error, limits []LimitResult) Result {
+	fresh := make([]driver.State, len(p.compiled.Limits))
+	driver.Decide(p.compiled, req.Now, req.Cost, fresh)
+	r := evaluate(p, req.Now, req.Cost, true, fresh, limits)
 	r.Degraded, r.Err = true, err
-	if p.failure == FailClosed {
+	if p.failureMode(t.failure) == FailClosed {
 		r.Allowed = false
-		r.RetryAfter = t.degradedRetry
-		r.ResetAt = req.Now.Add(t.degradedRetry)
+		r.RetryAfter = degradedRetryAfter
+		r.ResetAt = req.Now.Add(degradedRetryAfter)
 		r.Remaining, r.Used = 0, r.Limit
 		for i := range r.Limits {
 			l := &r.Limits[i]
-			l.Allowed, l.Remaining, l.Used, l.RetryAfter = false, 0, l.Limit, t.degradedRetry
+			l.Allowed, l.Remaining, l.Used, l.RetryAfter = false, 0, l.Limit, degradedRetryAfter
 		}
 	}
 	return r
 }
 
-// call runs one backend call under the per-call timeout and checks what it
-// returned.
-func (t *Throttler) call(ctx context.Context, p *Policy, f func(context.Context) (Outcome, error)) (Outcome, time.Duration, error) {
-	return t.callStates(ctx, p, true, f)
+// call runs one backend call for req under the per-call timeout and checks
+// what it returned.
+func (t *Throttler) call(ctx context.Context, p *Policy, req driver.Request, f func(context.Context) (driver.Outcome, error)) (driver.Outcome, time.Duration, error) {
+	return t.callStates(ctx, p, req, true, f)
 }
 
 // callStates is call; wantStates says whether the reply must carry one state
-// per limit (every operation but Reset).
-func (t *Throttler) callStates(ctx context.Context, p *Policy, wantStates bool, f func(context.Context) (Outcome, error)) (Outcome, time.Duration, error) {
-	ctx, cancel := t.callContext(ctx, p)
-	defer cancel()
-	start := time.Now()
+// per limit (every operation but Reset). The latency it returns is measured
+// when an observer will read it; otherwise, on the wall clock, a failure's
+// latency is read off req.Now, and a success's is not needed.
+func (t *Throttler) callStates(ctx context.Context, p *Policy, req driver.Request, wantStates bool, f func(context.Context) (driver.Outcome, error)) (driver.Outcome, time.Duration, error) {
+	cancel := func() {}
+	if !t.nonblocking {
+		ctx, cancel = t.callContext(ctx, p.callTimeout(t.timeout))
+	}
+	var start time.Time
+	measure := len(t.observers) > 0 || !t.wallClock
+	if measure {
+		start = time.Now()
+	}
 	out, err := f(ctx)
-	lat := time.Since(start)
-	if err == nil && wantStates && len(out.States) != len(p.limits) {
-		err = fmt.Errorf("%w: %d states for %d limits", ErrBadReply, len(out.States), len(p.limits))
+	cancel()
+	var lat time.Duration
+	if measure {
+		lat = time.Since(start)
+	} else if err != nil {
+		lat = time.Since(req.Now)
+	}
+	if err == nil && wantStates && len(out.States) != len(p.compiled.Limits) {
+		err = fmt.Errorf("%w: %d states for %d limits", driver.ErrBadReply, len(out.States), len(p.compiled.Limits))
 	}
 	if err != nil {
-		return Outcome{}, lat, wrapBackend(err)
+		return driver.Outcome{}, lat, wrapBackend(err)
 	}
 	return out, lat, nil
 }
 
-func (t *Throttler) callContext(ctx context.Context, p *Policy) (context.Context, context.CancelFunc) {
-	d := t.timeout
-	if p != nil && p.timeout > 0 {
-		d = p.timeout
-	}
+// callContext bounds ctx by d, unless d is zero or ctx already ends sooner.
+func (t *Throttler) callContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	if d <= 0 {
-		return context.WithCancel(ctx)
+		return ctx, func() {}
+	}
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= d {
+		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, d)
 }
 
+// observe logs a failure and tells the observers.
+func (t *Throttler) observe(ctx context.Context, op string, p *Policy, req driver.Request, r *Result, err error, lat time.Duration) {
+	e := Event{Op: op, Policy: p.compiled.Name, Result: r, Err: err, Latency: lat}
+	if err != nil && t.logger != nil {
+		logFailure(ctx, t.logger, e)
+	}
+	for _, o := range t.observers {
+		o.Observe(ctx, e)
+	}
+}
+
 func wrapBackend(err error) error {
-	if errors.Is(err, ErrBackend) {
+	if errors.Is(err, ErrBackend) || errors.Is(err, ErrNotInitialized) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrBackend, err)
-}
-
-// capacity is the largest cost any request under p can ever be allowed.
-func (p *Policy) capacity() int64 {
-	c := p.limits[0].capacity()
-	for _, l := range p.limits[1:] {
-		c = min(c, l.capacity())
-	}
-	return c
 }

@@ -10,11 +10,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttlekit/throttlekit/backend/memory"
+	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
+	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
-var t0 = time.Date(2030, 1, 2, 3, 4, 5, 678_000_000, time.UTC)
+var t0 = testkit.T0
 
 // failing is a backend that injects a fault no real store produces on
 // demand: every call fails, or hangs until its context is done.
@@ -22,12 +24,12 @@ type failing struct{ hang bool }
 
 var errDown = errors.New("store is down")
 
-func (f failing) Decide(ctx context.Context, _ throttler.Request) (throttler.Outcome, error) {
+func (f failing) Decide(ctx context.Context, _ driver.Request) (driver.Outcome, error) {
 	if f.hang {
 		<-ctx.Done()
-		return throttler.Outcome{}, ctx.Err()
+		return driver.Outcome{}, ctx.Err()
 	}
-	return throttler.Outcome{}, errDown
+	return driver.Outcome{}, errDown
 }
 
 // recorder collects observer events.
@@ -36,13 +38,13 @@ type recorder struct {
 	events []throttler.Event
 }
 
-func (r *recorder) Observe(e throttler.Event) {
+func (r *recorder) Observe(_ context.Context, e throttler.Event) {
 	r.mu.Lock()
 	r.events = append(r.events, e)
 	r.mu.Unlock()
 }
 
-func policy(t *testing.T, spec string, opts ...throttler.PolicyOption) *throttler.Policy {
+func policy(t *testing.T, spec string, opts ...throttler.Option) *throttler.Policy {
 	t.Helper()
 	p, err := throttler.ParsePolicy("api", spec, opts...)
 	require.NoError(t, err)
@@ -54,7 +56,7 @@ func TestFailureModes(t *testing.T) {
 	for _, mode := range []throttler.FailureMode{throttler.FailOpen, throttler.FailClosed} {
 		t.Run(mode.String(), func(t *testing.T) {
 			rec := &recorder{}
-			th := throttler.New(failing{}, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithObserver(rec))
+			th := testkit.Throttler(t, failing{}, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithObserver(rec))
 			p := policy(t, "10/min, 100/h", throttler.WithFailureMode(mode))
 			r, err := th.AllowN(ctx, p, "u", 2)
 			require.NoError(t, err, "a backend failure is not returned as an error")
@@ -65,20 +67,20 @@ func TestFailureModes(t *testing.T) {
 			assert.Equal(t, r.Limit-r.Used, r.Remaining)
 			if mode == throttler.FailClosed {
 				assert.Zero(t, r.Remaining, "a denial never claims remaining quota")
-				assert.Equal(t, throttler.DefaultDegradedRetryAfter, r.RetryAfter)
+				assert.Equal(t, time.Second, r.RetryAfter)
 			} else {
 				assert.Equal(t, int64(8), r.Remaining, "fail open reports a fresh window after this request")
 				assert.Zero(t, r.RetryAfter)
 			}
 			require.Len(t, rec.events, 1)
 			assert.ErrorIs(t, rec.events[0].Err, errDown, "the observer hears of the failure")
-			assert.Equal(t, throttler.OpAllow, rec.events[0].Op)
+			assert.Equal(t, "allow", rec.events[0].Op)
 		})
 	}
 }
 
 func TestHungBackendCostsAtMostTheTimeout(t *testing.T) {
-	th := throttler.New(failing{hang: true}, throttler.WithTimeout(20*time.Millisecond), throttler.WithObserver(throttler.NopObserver{}))
+	th := testkit.Throttler(t, failing{hang: true}, throttler.WithCallTimeout(20*time.Millisecond), throttler.WithLogger(nil))
 	r, err := th.Allow(context.Background(), policy(t, "1/s"), "u")
 	require.NoError(t, err)
 	assert.True(t, r.Degraded)
@@ -87,7 +89,7 @@ func TestHungBackendCostsAtMostTheTimeout(t *testing.T) {
 
 	// A policy's own timeout wins over the throttler's.
 	p := policy(t, "1/s", throttler.WithCallTimeout(time.Millisecond), throttler.WithFailureMode(throttler.FailClosed))
-	th = throttler.New(failing{hang: true}, throttler.WithTimeout(time.Hour), throttler.WithObserver(throttler.NopObserver{}))
+	th = testkit.Throttler(t, failing{hang: true}, throttler.WithCallTimeout(time.Hour), throttler.WithLogger(nil))
 	r, err = th.Allow(context.Background(), p, "u")
 	require.NoError(t, err)
 	assert.True(t, r.Degraded)
@@ -97,7 +99,7 @@ func TestHungBackendCostsAtMostTheTimeout(t *testing.T) {
 func TestCallerCancellationIsReturned(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	th := throttler.New(failing{hang: true}, throttler.WithObserver(throttler.NopObserver{}))
+	th := testkit.Throttler(t, failing{hang: true}, throttler.WithLogger(nil))
 	_, err := th.Allow(ctx, policy(t, "1/s"), "u")
 	assert.ErrorIs(t, err, context.Canceled)
 }
@@ -105,22 +107,22 @@ func TestCallerCancellationIsReturned(t *testing.T) {
 // shortReply answers with the wrong number of states.
 type shortReply struct{}
 
-func (shortReply) Decide(context.Context, throttler.Request) (throttler.Outcome, error) {
-	return throttler.Outcome{Allowed: true, States: []throttler.State{{}}}, nil
+func (shortReply) Decide(context.Context, driver.Request) (driver.Outcome, error) {
+	return driver.Outcome{Allowed: true, States: []driver.State{{}}}, nil
 }
 
 func TestMalformedReplyIsABackendFailure(t *testing.T) {
-	th := throttler.New(shortReply{}, throttler.WithObserver(throttler.NopObserver{}))
+	th := testkit.Throttler(t, shortReply{}, throttler.WithLogger(nil))
 	r, err := th.Allow(context.Background(), policy(t, "1/s, 2/min"), "u")
 	require.NoError(t, err)
 	assert.True(t, r.Degraded)
-	assert.ErrorIs(t, r.Err, throttler.ErrBadReply)
+	assert.ErrorIs(t, r.Err, driver.ErrBadReply)
 	assert.ErrorIs(t, r.Err, throttler.ErrBackend)
 }
 
 func TestInvalidInput(t *testing.T) {
 	ctx := context.Background()
-	th := throttler.New(memory.New())
+	th := testkit.Throttler(t, memorybackend.New())
 	p := policy(t, "1/s")
 	_, err := th.Allow(ctx, nil, "u")
 	assert.ErrorIs(t, err, throttler.ErrInvalidPolicy)
@@ -136,24 +138,25 @@ func TestInvalidInput(t *testing.T) {
 	assert.ErrorIs(t, err, throttler.ErrInvalidPolicy)
 	_, err = th.AllowAll(ctx, 1, throttler.Subject{Policy: p, Identifier: ""})
 	assert.ErrorIs(t, err, throttler.ErrInvalidIdentifier)
-	_, err = throttler.New(nil).Allow(ctx, p, "u")
-	assert.ErrorIs(t, err, throttler.ErrNoBackend)
-	assert.ErrorIs(t, throttler.New(nil).Ping(ctx), throttler.ErrNoBackend)
+	var zero throttler.Throttler
+	_, err = zero.Allow(ctx, p, "u")
+	assert.ErrorIs(t, err, throttler.ErrNotInitialized)
+	assert.ErrorIs(t, zero.Ping(ctx), throttler.ErrNotInitialized)
 }
 
 func TestUnsupportedCapabilities(t *testing.T) {
 	ctx := context.Background()
-	th := throttler.New(shortReply{})
+	th := testkit.Throttler(t, shortReply{})
 	_, err := th.Refund(ctx, policy(t, "1/s"), "u", 1)
-	assert.ErrorIs(t, err, throttler.ErrUnsupported)
-	assert.ErrorIs(t, th.Reset(ctx, policy(t, "1/s"), "u"), throttler.ErrUnsupported)
+	assert.ErrorIs(t, err, errors.ErrUnsupported)
+	assert.ErrorIs(t, th.Reset(ctx, policy(t, "1/s"), "u"), errors.ErrUnsupported)
 	assert.NoError(t, th.Ping(ctx), "no Pinger: taken to be reachable")
 }
 
 func TestNeverAllowed(t *testing.T) {
 	ctx := context.Background()
 	clock := throttler.NewManualClock(t0)
-	th := throttler.New(memory.New(), throttler.WithClock(clock))
+	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(clock))
 	p := policy(t, "10/min, 5/s gcra")
 	_, err := th.AllowN(ctx, p, "u", 2)
 	require.NoError(t, err)
@@ -171,21 +174,21 @@ func TestNeverAllowed(t *testing.T) {
 
 // noRefund hides the memory backend's Refunder, to exercise AllowAll's
 // peek-first fallback.
-type noRefund struct{ b throttler.Backend }
+type noRefund struct{ b driver.Backend }
 
-func (n noRefund) Decide(ctx context.Context, r throttler.Request) (throttler.Outcome, error) {
+func (n noRefund) Decide(ctx context.Context, r driver.Request) (driver.Outcome, error) {
 	return n.b.Decide(ctx, r)
 }
 
 func TestAllowAll(t *testing.T) {
 	ctx := context.Background()
-	for name, backend := range map[string]func() throttler.Backend{
-		"refunder":   func() throttler.Backend { return memory.New() },
-		"peek-first": func() throttler.Backend { return noRefund{memory.New()} },
+	for name, backend := range map[string]func() driver.Backend{
+		"refunder":   func() driver.Backend { return memorybackend.New() },
+		"peek-first": func() driver.Backend { return noRefund{memorybackend.New()} },
 	} {
 		t.Run(name, func(t *testing.T) {
 			clock := throttler.NewManualClock(t0)
-			th := throttler.New(backend(), throttler.WithClock(clock))
+			th := testkit.Throttler(t, backend(), throttler.WithClock(clock))
 			ipPolicy, err := throttler.ParsePolicy("ip", "3/min")
 			require.NoError(t, err)
 			userPolicy, err := throttler.ParsePolicy("user", "2/min")
@@ -218,7 +221,7 @@ func TestAllowAll(t *testing.T) {
 func TestRefundAndReset(t *testing.T) {
 	ctx := context.Background()
 	clock := throttler.NewManualClock(t0)
-	th := throttler.New(memory.New(), throttler.WithClock(clock))
+	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(clock))
 	p := policy(t, "5/min, 10/s gcra")
 	_, err := th.AllowN(ctx, p, "u", 4)
 	require.NoError(t, err)
@@ -243,7 +246,7 @@ func TestRefundAndReset(t *testing.T) {
 
 func TestResultTimesKeepTheClockLocation(t *testing.T) {
 	loc := time.FixedZone("X", 3600)
-	th := throttler.New(memory.New(), throttler.WithClock(throttler.NewManualClock(t0.In(loc))))
+	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttler.NewManualClock(t0.In(loc))))
 	r, err := th.Allow(context.Background(), policy(t, "1/s, 1/s gcra"), "u")
 	require.NoError(t, err)
 	assert.Equal(t, loc, r.Limits[0].ResetAt.Location())
@@ -252,9 +255,9 @@ func TestResultTimesKeepTheClockLocation(t *testing.T) {
 
 func TestAllowAllNeverAllowedSpendsNothing(t *testing.T) {
 	ctx := context.Background()
-	for name, b := range map[string]throttler.Backend{"refunder": memory.New(), "peek-first": noRefund{memory.New()}} {
+	for name, b := range map[string]driver.Backend{"refunder": memorybackend.New(), "peek-first": noRefund{memorybackend.New()}} {
 		t.Run(name, func(t *testing.T) {
-			th := throttler.New(b, throttler.WithClock(throttler.NewManualClock(t0)))
+			th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)))
 			wide := policy(t, "100/min")
 			narrow, err := throttler.ParsePolicy("narrow", "3/min")
 			require.NoError(t, err)
@@ -273,10 +276,11 @@ func TestAllowAllNeverAllowedSpendsNothing(t *testing.T) {
 }
 
 func TestClockOutOfRange(t *testing.T) {
+	maxTime := time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
 	ctx := context.Background()
 	p := policy(t, "3/s, 3/s gcra")
-	for _, at := range []time.Time{{}, time.Date(1969, 12, 31, 23, 0, 0, 0, time.UTC), throttler.MaxTime.Add(time.Millisecond)} {
-		th := throttler.New(memory.New(), throttler.WithClock(throttler.NewManualClock(at)))
+	for _, at := range []time.Time{{}, time.Date(1969, 12, 31, 23, 0, 0, 0, time.UTC), maxTime.Add(time.Millisecond)} {
+		th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttler.NewManualClock(at)))
 		_, err := th.Allow(ctx, p, "u")
 		assert.ErrorIs(t, err, throttler.ErrClockOutOfRange, "%v", at)
 		_, err = th.Peek(ctx, p, "u")
@@ -287,8 +291,8 @@ func TestClockOutOfRange(t *testing.T) {
 		assert.ErrorIs(t, err, throttler.ErrClockOutOfRange)
 	}
 	// The epoch itself and MaxTime are fine.
-	for _, at := range []time.Time{time.Unix(0, 0), throttler.MaxTime} {
-		th := throttler.New(memory.New(), throttler.WithClock(throttler.NewManualClock(at)))
+	for _, at := range []time.Time{time.Unix(0, 0), maxTime} {
+		th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttler.NewManualClock(at)))
 		r, err := th.Allow(ctx, p, "u")
 		require.NoError(t, err, "%v", at)
 		assert.True(t, r.Allowed)
@@ -299,35 +303,35 @@ func TestClockOutOfRange(t *testing.T) {
 // cancelling wraps a backend and cancels the caller's context during the
 // second subject's decision, as a client that hangs up would.
 type cancelling struct {
-	throttler.Backend
+	driver.Backend
 	cancel func()
 	calls  int
 }
 
-func (c *cancelling) Decide(ctx context.Context, r throttler.Request) (throttler.Outcome, error) {
+func (c *cancelling) Decide(ctx context.Context, r driver.Request) (driver.Outcome, error) {
 	c.calls++
 	if c.calls == 2 {
 		c.cancel()
-		return throttler.Outcome{}, ctx.Err()
+		return driver.Outcome{}, ctx.Err()
 	}
 	return c.Backend.Decide(ctx, r)
 }
 
-func (c *cancelling) Refund(ctx context.Context, r throttler.Request) (throttler.Outcome, error) {
-	return c.Backend.(throttler.Refunder).Refund(ctx, r)
+func (c *cancelling) Refund(ctx context.Context, r driver.Request) (driver.Outcome, error) {
+	return c.Backend.(driver.Refunder).Refund(ctx, r)
 }
 
 func TestAllowAllGivesBackAfterTheCallerLeaves(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	mem := memory.New()
-	th := throttler.New(&cancelling{Backend: mem, cancel: cancel}, throttler.WithClock(throttler.NewManualClock(t0)))
+	mem := memorybackend.New()
+	th := testkit.Throttler(t, &cancelling{Backend: mem, cancel: cancel}, throttler.WithClock(throttler.NewManualClock(t0)))
 	a, err := throttler.ParsePolicy("a", "5/min")
 	require.NoError(t, err)
 	b, err := throttler.ParsePolicy("b", "5/min")
 	require.NoError(t, err)
 	_, err = th.AllowAll(ctx, 1, throttler.Subject{Policy: a, Identifier: "x"}, throttler.Subject{Policy: b, Identifier: "x"})
 	require.ErrorIs(t, err, context.Canceled)
-	r, err := throttler.New(mem, throttler.WithClock(throttler.NewManualClock(t0))).Peek(context.Background(), a, "x")
+	r, err := testkit.Throttler(t, mem, throttler.WithClock(throttler.NewManualClock(t0))).Peek(context.Background(), a, "x")
 	require.NoError(t, err)
 	assert.Zero(t, r.Used, "the first subject's unit was given back although the caller left")
 }

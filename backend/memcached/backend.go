@@ -1,4 +1,4 @@
-package memcached
+package memcachedbackend
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // Defaults of a Backend and of NewClient.
@@ -41,14 +42,9 @@ var (
 	// the policy's failure mode and passes the error, then wrapped in
 	// throttler.ErrBackend, to its Observer. Stats counts it too.
 	ErrRetriesExhausted = errors.New("memcached: compare-and-swap retries exhausted")
-
-	// ErrInvalidConfig reports a Backend built with a nil client, an empty
-	// or too long prefix, or a negative retry count, and every call on a
-	// Backend that New did not build (its zero value, or a nil pointer).
-	ErrInvalidConfig = errors.New("memcached: invalid configuration")
 )
 
-// Backend is a throttler.Backend over memcached. It implements Peeker,
+// Backend is a driver.Backend over memcached. It implements Peeker,
 // Refunder, Resetter and Pinger. It is safe for concurrent use, and any
 // number of Backends in any number of processes may share servers as long
 // as they use the same prefix and server placement. See the package
@@ -88,11 +84,11 @@ type testHooks struct {
 }
 
 var (
-	_ throttler.Backend  = (*Backend)(nil)
-	_ throttler.Peeker   = (*Backend)(nil)
-	_ throttler.Refunder = (*Backend)(nil)
-	_ throttler.Resetter = (*Backend)(nil)
-	_ throttler.Pinger   = (*Backend)(nil)
+	_ driver.Backend  = (*Backend)(nil)
+	_ driver.Peeker   = (*Backend)(nil)
+	_ driver.Refunder = (*Backend)(nil)
+	_ driver.Resetter = (*Backend)(nil)
+	_ driver.Pinger   = (*Backend)(nil)
 )
 
 // Option configures a Backend.
@@ -112,7 +108,7 @@ func WithCASRetries(n int) Option { return func(b *Backend) { b.casRetries = n }
 // with memcache.NewFromSelector over a RendezvousSelector and a Timeout set:
 // gomemcache takes no context, so the client's Timeout is what bounds each
 // round trip (see the package documentation). The error wraps
-// ErrInvalidConfig.
+// driver.ErrInvalidOption.
 func New(client *memcache.Client, opts ...Option) (*Backend, error) {
 	b := &Backend{client: client, prefix: DefaultPrefix, casRetries: DefaultCASRetries, wall: time.Now}
 	for _, opt := range opts {
@@ -120,26 +116,26 @@ func New(client *memcache.Client, opts ...Option) (*Backend, error) {
 	}
 	switch {
 	case client == nil:
-		return nil, fmt.Errorf("%w: nil client", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: nil client", driver.ErrInvalidOption)
 	case b.prefix == "":
-		return nil, fmt.Errorf("%w: empty prefix", ErrInvalidConfig)
-	case len(throttler.EscapeKey(b.prefix)) > MaxPrefixLen:
-		return nil, fmt.Errorf("%w: prefix longer than %d bytes once escaped", ErrInvalidConfig, MaxPrefixLen)
+		return nil, fmt.Errorf("%w: empty prefix", driver.ErrInvalidOption)
+	case len(driver.EscapeKey(b.prefix)) > MaxPrefixLen:
+		return nil, fmt.Errorf("%w: prefix longer than %d bytes once escaped", driver.ErrInvalidOption, MaxPrefixLen)
 	case b.casRetries < 0:
-		return nil, fmt.Errorf("%w: negative CAS retries %d", ErrInvalidConfig, b.casRetries)
+		return nil, fmt.Errorf("%w: negative CAS retries %d", driver.ErrInvalidOption, b.casRetries)
 	}
-	b.prefix = throttler.EscapeKey(b.prefix)
+	b.prefix = driver.EscapeKey(b.prefix)
 	return b, nil
 }
 
 // NewClient returns a gomemcache client over servers placed by a
 // RendezvousSelector, whose every round trip (dial, write, read) is bounded
-// by timeout (throttler.DefaultTimeout when zero or less), with
+// by timeout (throttler.DefaultCallTimeout when zero or less), with
 // DefaultMaxIdleConns connections kept per server. The error wraps
-// ErrInvalidServer.
+// driver.ErrInvalidOption.
 func NewClient(timeout time.Duration, servers ...string) (*memcache.Client, error) {
 	if len(servers) == 0 {
-		return nil, fmt.Errorf("%w: no servers", ErrInvalidServer)
+		return nil, fmt.Errorf("%w: no servers", driver.ErrInvalidOption)
 	}
 	sel, err := NewRendezvousSelector(servers...)
 	if err != nil {
@@ -147,7 +143,7 @@ func NewClient(timeout time.Duration, servers ...string) (*memcache.Client, erro
 	}
 	c := memcache.NewFromSelector(sel)
 	if timeout <= 0 {
-		timeout = throttler.DefaultTimeout
+		timeout = throttler.DefaultCallTimeout
 	}
 	c.Timeout = timeout
 	c.MaxIdleConns = DefaultMaxIdleConns
@@ -202,7 +198,7 @@ func (b *Backend) Stats() Stats {
 // pointer) has no client and no clock to compute expirations with.
 func (b *Backend) ready() error {
 	if b == nil || b.client == nil || b.wall == nil || b.prefix == "" {
-		return fmt.Errorf("%w: Backend not built by New", ErrInvalidConfig)
+		return fmt.Errorf("%w: memcachedbackend.Backend not built by New", driver.ErrNotInitialized)
 	}
 	return nil
 }
@@ -222,13 +218,13 @@ func (b *Backend) giveBackBudget() time.Duration {
 // limit allows; then every limit consumes req.Cost, otherwise none does
 // (units taken tentatively are given back). See the package documentation
 // for the steps and for what concurrency can and cannot do.
-func (b *Backend) Decide(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+func (b *Backend) Decide(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	if req.Cost == 0 {
 		return b.Peek(ctx, req)
 	}
 	c, err := b.newCall(ctx, req)
 	if err != nil {
-		return throttler.Outcome{}, err
+		return driver.Outcome{}, err
 	}
 	return c.decide()
 }
@@ -236,39 +232,39 @@ func (b *Backend) Decide(ctx context.Context, req throttler.Request) (throttler.
 // Peek returns the identifier's states without writing anything: one
 // round trip for the window and GCRA items, one more for the counters of
 // open windows.
-func (b *Backend) Peek(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+func (b *Backend) Peek(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	c, err := b.newCall(ctx, req)
 	if err != nil {
-		return throttler.Outcome{}, err
+		return driver.Outcome{}, err
 	}
 	if err := c.snapshot(); err != nil {
-		return throttler.Outcome{}, err
+		return driver.Outcome{}, err
 	}
 	if err := c.readCounters(); err != nil {
-		return throttler.Outcome{}, err
+		return driver.Outcome{}, err
 	}
 	states := c.states()
-	allowed, _ := throttler.Decide(c.policy, req.Now, req.Cost, states)
-	return throttler.Outcome{Allowed: allowed, States: states}, nil
+	allowed := driver.Decide(c.policy, req.Now, req.Cost, states)
+	return driver.Outcome{Allowed: allowed, States: states}, nil
 }
 
 // Refund gives back up to req.Cost units of the current windows: decr on
 // each open window's counter (memcached stops at 0), and TAT -= Cost*T, not
 // below now, on each GCRA item by compare-and-swap. Closed windows are left
 // alone. Limits are refunded one after another, not atomically.
-func (b *Backend) Refund(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+func (b *Backend) Refund(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	c, err := b.newCall(ctx, req)
 	if err != nil {
-		return throttler.Outcome{}, err
+		return driver.Outcome{}, err
 	}
 	if err := c.snapshot(); err != nil {
-		return throttler.Outcome{}, err
+		return driver.Outcome{}, err
 	}
 	for i := range c.limits {
 		l := &c.limits[i]
 		if l.gcra {
 			if err := c.refundGCRA(i, req.Cost); err != nil {
-				return throttler.Outcome{}, err
+				return driver.Outcome{}, err
 			}
 			continue
 		}
@@ -281,22 +277,22 @@ func (b *Backend) Refund(ctx context.Context, req throttler.Request) (throttler.
 		v, err := c.incrDecr("decr", c.keys.counter(i, l.win), min(req.Cost, l.limit.Max))
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss), err == nil && v >= retractedFloor:
-			l.open, l.state = false, throttler.State{}
+			l.open, l.state = false, driver.State{}
 		case err != nil:
-			return throttler.Outcome{}, err
+			return driver.Outcome{}, err
 		default:
-			l.state, l.known = throttler.State{Used: v, End: l.win.end}, true
+			l.state, l.known = driver.State{Used: v, End: l.win.end}, true
 		}
 	}
-	return throttler.Outcome{Allowed: true, States: c.states()}, nil
+	return driver.Outcome{Allowed: true, States: c.states()}, nil
 }
 
 // Reset deletes the identifier's window items, the counters they name and
 // its GCRA items under p, whatever they hold (so it also clears values
 // this package cannot read). A request racing the reset may still count in
 // the window it read before; the next window starts fresh.
-func (b *Backend) Reset(ctx context.Context, p *throttler.Policy, identifier string) error {
-	c, err := b.newCall(ctx, throttler.Request{Policy: p, Identifier: identifier})
+func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string) error {
+	c, err := b.newCall(ctx, driver.Request{Policy: p, Identifier: identifier})
 	if err != nil {
 		return err
 	}
@@ -364,8 +360,8 @@ func (b *Backend) Ping(ctx context.Context) error {
 type call struct {
 	b      *Backend
 	ctx    context.Context
-	req    throttler.Request
-	policy *throttler.Policy
+	req    driver.Request
+	policy *driver.Policy
 	keys   keys
 	nowMs  int64
 	nowUs  int64
@@ -376,7 +372,7 @@ type call struct {
 
 // limitCall is what a call knows of one limit.
 type limitCall struct {
-	limit throttler.Limit
+	limit driver.Limit
 	gcra  bool
 	// item is the window item (fixed) or the GCRA item as last read, with
 	// its CAS id; nil when absent.
@@ -386,7 +382,7 @@ type limitCall struct {
 	win  window
 	// state is the best-known state; known reports that a fixed window's
 	// Used was read or returned by the server.
-	state throttler.State
+	state driver.State
 	known bool
 	// consumed reports that this call's units are counted in the fixed
 	// window; retracted, that the call opened the window and, denied,
@@ -404,28 +400,27 @@ type undoStep struct {
 	end     int64
 }
 
-func (b *Backend) newCall(ctx context.Context, req throttler.Request) (*call, error) {
+func (b *Backend) newCall(ctx context.Context, req driver.Request) (*call, error) {
 	if err := b.ready(); err != nil {
 		return nil, err
 	}
-	if req.Policy == nil || req.Policy.Len() == 0 {
-		return nil, fmt.Errorf("%w: nil or zero policy", throttler.ErrInvalidPolicy)
+	// The throttler validated the request; this keeps a direct caller that
+	// did not from sending nonsense to the servers.
+	if !req.Policy.Valid() {
+		return nil, fmt.Errorf("%w: nil or zero policy", driver.ErrInvalidPolicy)
 	}
-	if err := throttler.ValidateIdentifier(req.Identifier); err != nil {
-		return nil, err
-	}
-	if req.Cost < 0 {
-		return nil, fmt.Errorf("%w: %d is negative", throttler.ErrInvalidCost, req.Cost)
+	if req.Identifier == "" || req.Cost < 0 {
+		return nil, fmt.Errorf("%w: empty identifier or negative cost", driver.ErrInvalidOption)
 	}
 	c := &call{
 		b: b, ctx: ctx, req: req, policy: req.Policy,
 		keys:  newKeys(b.prefix, req.Policy, req.Identifier),
 		nowMs: req.Now.UnixMilli(), nowUs: req.Now.UnixMicro(),
-		limits: make([]limitCall, req.Policy.Len()),
+		limits: make([]limitCall, len(req.Policy.Limits)),
 	}
 	for i := range c.limits {
-		l := req.Policy.Limit(i)
-		c.limits[i] = limitCall{limit: l, gcra: l.Algorithm == throttler.GCRA}
+		l := req.Policy.Limits[i]
+		c.limits[i] = limitCall{limit: l, gcra: l.Algorithm == driver.GCRA}
 	}
 	return c, nil
 }
@@ -476,16 +471,16 @@ func (c *call) snapshot() error {
 // setWindowItem records a read of limit i's window item (nil: absent).
 func (c *call) setWindowItem(i int, it *memcache.Item) error {
 	l := &c.limits[i]
-	l.item, l.open, l.win, l.known, l.state = it, false, window{}, false, throttler.State{}
+	l.item, l.open, l.win, l.known, l.state = it, false, window{}, false, driver.State{}
 	if it == nil {
 		return nil
 	}
 	w, ok := parseWindow(it.Value)
 	if !ok {
-		return fmt.Errorf("%w: window item of limit %q holds %q", throttler.ErrBadReply, l.limit.Name, clip(it.Value))
+		return fmt.Errorf("%w: window item of limit %q holds %q", driver.ErrBadReply, l.limit.Name, clip(it.Value))
 	}
 	if w.end > c.nowMs {
-		l.open, l.win, l.state = true, w, throttler.State{End: w.end}
+		l.open, l.win, l.state = true, w, driver.State{End: w.end}
 	}
 	return nil
 }
@@ -493,15 +488,15 @@ func (c *call) setWindowItem(i int, it *memcache.Item) error {
 // setGCRAItem records a read of limit i's GCRA item (nil: absent).
 func (c *call) setGCRAItem(i int, it *memcache.Item) error {
 	l := &c.limits[i]
-	l.item, l.state = it, throttler.State{}
+	l.item, l.state = it, driver.State{}
 	if it == nil {
 		return nil
 	}
 	tat, ok := parseInt(it.Value)
 	if !ok {
-		return fmt.Errorf("%w: GCRA item of limit %q holds %q", throttler.ErrBadReply, l.limit.Name, clip(it.Value))
+		return fmt.Errorf("%w: GCRA item of limit %q holds %q", driver.ErrBadReply, l.limit.Name, clip(it.Value))
 	}
-	l.state = throttler.State{End: tat}
+	l.state = driver.State{End: tat}
 	return nil
 }
 
@@ -535,25 +530,25 @@ func (c *call) readCounters() error {
 		it := items[c.keys.counter(i, l.win)]
 		if it == nil {
 			c.b.stats.windowsLost.Add(1)
-			l.open, l.state = false, throttler.State{}
+			l.open, l.state = false, driver.State{}
 			continue
 		}
 		used, ok := parseInt(it.Value)
 		if !ok {
-			return fmt.Errorf("%w: counter of limit %q holds %q", throttler.ErrBadReply, l.limit.Name, clip(it.Value))
+			return fmt.Errorf("%w: counter of limit %q holds %q", driver.ErrBadReply, l.limit.Name, clip(it.Value))
 		}
 		if used >= retractedFloor {
-			l.open, l.state = false, throttler.State{}
+			l.open, l.state = false, driver.State{}
 			continue
 		}
-		l.state, l.known = throttler.State{Used: used, End: l.win.end}, true
+		l.state, l.known = driver.State{Used: used, End: l.win.end}, true
 	}
 	return nil
 }
 
 // states returns the best-known state of every limit.
-func (c *call) states() []throttler.State {
-	s := make([]throttler.State, len(c.limits))
+func (c *call) states() []driver.State {
+	s := make([]driver.State, len(c.limits))
 	for i := range c.limits {
 		s[i] = c.limits[i].state
 	}
@@ -561,9 +556,9 @@ func (c *call) states() []throttler.State {
 }
 
 // decide runs Decide's steps; see the package documentation.
-func (c *call) decide() (throttler.Outcome, error) {
+func (c *call) decide() (driver.Outcome, error) {
 	if err := c.snapshot(); err != nil {
-		return throttler.Outcome{}, err
+		return driver.Outcome{}, err
 	}
 	// Writes start only when the snapshot leaves a chance: a request that
 	// would open a window must not open it if another limit denies (SPEC:
@@ -572,17 +567,17 @@ func (c *call) decide() (throttler.Outcome, error) {
 	mustCheck := false
 	for i := range c.limits {
 		l := &c.limits[i]
-		if !l.gcra && !l.open || l.gcra && !c.gcraAllows(i, l.state) || c.req.Cost > capacity(l.limit) {
+		if !l.gcra && !l.open || l.gcra && !c.gcraAllows(i, l.state) || c.req.Cost > l.limit.Capacity {
 			mustCheck = true
 		}
 	}
 	if mustCheck {
 		if err := c.readCounters(); err != nil {
-			return throttler.Outcome{}, err
+			return driver.Outcome{}, err
 		}
 		states := c.states()
-		if allowed, _ := throttler.Decide(c.policy, c.req.Now, c.req.Cost, states); !allowed {
-			return throttler.Outcome{Allowed: false, States: states}, nil
+		if !driver.Decide(c.policy, c.req.Now, c.req.Cost, append([]driver.State(nil), states...)) {
+			return driver.Outcome{Allowed: false, States: states}, nil
 		}
 	}
 	// Units are taken in three ranks, each in policy order (see
@@ -614,7 +609,7 @@ func (c *call) decide() (throttler.Outcome, error) {
 			return out, err
 		}
 	}
-	return throttler.Outcome{Allowed: true, States: c.states()}, nil
+	return driver.Outcome{Allowed: true, States: c.states()}, nil
 }
 
 // step is what taking units from one limit came to.
@@ -635,15 +630,15 @@ func stepOf(allowed bool) step {
 
 // settle turns a step into the end of the decision when it denied or
 // failed, giving back every unit taken.
-func (c *call) settle(s step, err error) (out throttler.Outcome, stop bool, _ error) {
+func (c *call) settle(s step, err error) (out driver.Outcome, stop bool, _ error) {
 	switch {
 	case err != nil:
 		c.rollback()
-		return throttler.Outcome{}, true, err
+		return driver.Outcome{}, true, err
 	case s == stepDenied:
 		return c.deny(), true, nil
 	}
-	return throttler.Outcome{}, false, nil
+	return driver.Outcome{}, false, nil
 }
 
 // startsNow reports whether fixed window i, as last read, is one that
@@ -654,7 +649,7 @@ func (c *call) settle(s step, err error) (out throttler.Outcome, stop bool, _ er
 // "Concurrency".
 func (c *call) startsNow(i int) bool {
 	l := &c.limits[i]
-	end := windowEnd(l.limit, c.nowMs)
+	end := driver.WindowEnd(&l.limit, c.nowMs)
 	if l.open {
 		end = l.win.end
 	}
@@ -685,7 +680,7 @@ func (c *call) consumeWindow(i int, deferOpen bool) (step, error) {
 				if evicted {
 					c.b.stats.windowsLost.Add(1)
 				}
-				l.open, l.state, l.known = false, throttler.State{}, false
+				l.open, l.state, l.known = false, driver.State{}, false
 				if deferOpen && c.startsNow(i) {
 					return stepDeferred, nil
 				}
@@ -695,7 +690,7 @@ func (c *call) consumeWindow(i int, deferOpen bool) (step, error) {
 				return stepDenied, err
 			}
 			c.undo = append(c.undo, undoStep{limit: i, counter: key, units: n})
-			l.state, l.known, l.consumed = throttler.State{Used: v, End: l.win.end}, true, true
+			l.state, l.known, l.consumed = driver.State{Used: v, End: l.win.end}, true, true
 			if v <= l.limit.Max {
 				return stepPassed, nil
 			}
@@ -731,7 +726,7 @@ func (c *call) consumeWindow(i int, deferOpen bool) (step, error) {
 func (c *call) openWindow(i int) (opened bool, err error) {
 	l := &c.limits[i]
 	n := c.req.Cost
-	w := window{end: windowEnd(l.limit, c.nowMs), token: newToken()}
+	w := window{end: driver.WindowEnd(&l.limit, c.nowMs), token: newToken()}
 	live := time.Duration(w.end-c.nowMs) * time.Millisecond
 	counter := c.keys.counter(i, w)
 	err = c.roundTrip(func() error {
@@ -763,7 +758,7 @@ func (c *call) openWindow(i int) (opened bool, err error) {
 	if err == nil {
 		c.undo = append(c.undo, opening)
 		l.item, l.open, l.win = nil, true, w
-		l.state, l.known = throttler.State{Used: n, End: w.end}, true
+		l.state, l.known = driver.State{Used: n, End: w.end}, true
 		return true, nil
 	}
 	if !lostRace(err) {
@@ -787,10 +782,10 @@ func (c *call) openWindow(i int) (opened bool, err error) {
 
 // gcraAllows reports whether GCRA limit i alone allows the request on
 // state s, by the reference arithmetic.
-func (c *call) gcraAllows(i int, s throttler.State) bool {
-	states := make([]throttler.State, len(c.limits))
+func (c *call) gcraAllows(i int, s driver.State) bool {
+	states := make([]driver.State, len(c.limits))
 	states[i] = s
-	allowed, _ := throttler.Decide(c.policy, c.req.Now, c.req.Cost, states)
+	allowed := driver.Decide(c.policy, c.req.Now, c.req.Cost, states)
 	return allowed
 }
 
@@ -800,9 +795,10 @@ func (c *call) gcraAllows(i int, s throttler.State) bool {
 func (c *call) consumeGCRA(i int) (allowed bool, err error) {
 	l := &c.limits[i]
 	for attempt := 0; ; attempt++ {
-		states := make([]throttler.State, len(c.limits))
+		states := make([]driver.State, len(c.limits))
 		states[i] = l.state
-		allowed, next := throttler.Decide(c.policy, c.req.Now, c.req.Cost, states)
+		next := append([]driver.State(nil), states...)
+		allowed := driver.Decide(c.policy, c.req.Now, c.req.Cost, next)
 		if !allowed {
 			return false, nil
 		}
@@ -838,9 +834,10 @@ func (c *call) refundGCRA(i int, n int64) error {
 		if l.item == nil {
 			return nil
 		}
-		states := make([]throttler.State, len(c.limits))
+		states := make([]driver.State, len(c.limits))
 		states[i] = l.state
-		next := throttler.Refund(c.policy, c.req.Now, n, states)[i]
+		driver.Refund(c.policy, c.req.Now, n, states)
+		next := states[i]
 		if next == l.state {
 			return nil
 		}
@@ -882,7 +879,7 @@ func (c *call) writeGCRA(i int, tat int64) error {
 	if err != nil {
 		return fmt.Errorf("memcached: write GCRA: %w", err)
 	}
-	l.item, l.state = nil, throttler.State{End: tat}
+	l.item, l.state = nil, driver.State{End: tat}
 	return nil
 }
 
@@ -902,10 +899,10 @@ func (c *call) rereadGCRA(i int) error {
 // now (one round trip), so that the throttler can name the right binding
 // limit. When the call's context ends before the give-back does, the
 // states are computed from what the call knows.
-func (c *call) deny() throttler.Outcome {
+func (c *call) deny() driver.Outcome {
 	before := c.statesBeforeUnits()
 	if !c.rollback() {
-		return throttler.Outcome{Allowed: false, States: before}
+		return driver.Outcome{Allowed: false, States: before}
 	}
 	for _, u := range c.undo {
 		if u.counter == "" {
@@ -913,7 +910,7 @@ func (c *call) deny() throttler.Outcome {
 		}
 		l := &c.limits[u.limit]
 		if l.retracted {
-			l.open, l.state = false, throttler.State{}
+			l.open, l.state = false, driver.State{}
 			continue
 		}
 		l.state = before[u.limit]
@@ -922,21 +919,21 @@ func (c *call) deny() throttler.Outcome {
 		// The verdict stands; only those limits' figures are unknown.
 		for i := range c.limits {
 			if l := &c.limits[i]; !l.gcra && l.open && !l.known {
-				l.state = throttler.State{}
+				l.state = driver.State{}
 			}
 		}
 	}
-	return throttler.Outcome{Allowed: false, States: c.states()}
+	return driver.Outcome{Allowed: false, States: c.states()}
 }
 
 // statesBeforeUnits returns the best-known states with this call's units
 // taken out again by the reference arithmetic; open windows whose count
 // was not read are unknown (zero), as when reading them fails.
-func (c *call) statesBeforeUnits() []throttler.State {
+func (c *call) statesBeforeUnits() []driver.State {
 	states := c.states()
 	for i := range c.limits {
 		if l := &c.limits[i]; !l.gcra && l.open && !l.known {
-			states[i] = throttler.State{}
+			states[i] = driver.State{}
 		}
 	}
 	for _, u := range c.undo {
@@ -944,9 +941,10 @@ func (c *call) statesBeforeUnits() []throttler.State {
 			states[u.limit].Used = max(states[u.limit].Used-u.units, 0)
 			continue
 		}
-		one := make([]throttler.State, len(states))
+		one := make([]driver.State, len(states))
 		one[u.limit] = states[u.limit]
-		states[u.limit] = throttler.Refund(c.policy, c.req.Now, u.units, one)[u.limit]
+		driver.Refund(c.policy, c.req.Now, u.units, one)
+		states[u.limit] = one[u.limit]
 	}
 	return states
 }
@@ -1020,7 +1018,7 @@ func (c *call) giveBack() {
 
 // Retracted counters. A retracted counter holds retractedValue. Live
 // counts stay far below retractedFloor, and incr, decr and Refund's
-// clamped decr move a counter by at most throttler.MaxQuota (2^40) each,
+// clamped decr move a counter by at most driver.MaxQuota (2^40) each,
 // so a retracted counter stays at or above the floor for millions of
 // operations, more than its window's life sees: every reader takes a value
 // there for a retracted window, absent.
@@ -1094,7 +1092,7 @@ func (c *call) incrDecr(verb, key string, n int64) (int64, error) {
 		return 0, fmt.Errorf("memcached: %s: %w", verb, err)
 	}
 	if v > math.MaxInt64 {
-		return 0, fmt.Errorf("%w: %s returned %d", throttler.ErrBadReply, verb, v)
+		return 0, fmt.Errorf("%w: %s returned %d", driver.ErrBadReply, verb, v)
 	}
 	return int64(v), nil
 }
@@ -1142,28 +1140,6 @@ func (c *call) exhausted() error {
 func lostRace(err error) bool {
 	return errors.Is(err, memcache.ErrNotStored) || errors.Is(err, memcache.ErrCASConflict) ||
 		errors.Is(err, memcache.ErrCacheMiss)
-}
-
-// windowEnd returns the end, in Unix ms, of the window a request at nowMs
-// opens, as throttler.Decide computes it.
-func windowEnd(l throttler.Limit, nowMs int64) int64 {
-	w := l.Window.Milliseconds()
-	if l.Algorithm != throttler.AlignedWindow {
-		return nowMs + w
-	}
-	q := nowMs / w
-	if nowMs%w != 0 && nowMs < 0 {
-		q--
-	}
-	return (q + 1) * w
-}
-
-// capacity is the largest cost limit l can ever allow.
-func capacity(l throttler.Limit) int64 {
-	if l.Algorithm == throttler.GCRA && l.Burst > 0 {
-		return l.Burst
-	}
-	return l.Max
 }
 
 // newToken returns a fresh window token: 64 random bits in hex.

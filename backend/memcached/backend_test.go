@@ -1,4 +1,4 @@
-package memcached
+package memcachedbackend
 
 import (
 	"context"
@@ -12,7 +12,9 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // t0 is where test clocks start: a realistic instant, not aligned to a
@@ -20,14 +22,14 @@ import (
 var t0 = time.Date(2030, time.January, 2, 3, 4, 5, 678_000_000, time.UTC)
 
 // newThrottler returns a throttler over b with a manual clock at t0.
-func newThrottler(b throttler.Backend, opts ...throttler.Option) (*throttler.Throttler, *throttler.ManualClock) {
+func newThrottler(tb testing.TB, b driver.Backend, opts ...throttler.Option) (*throttler.Throttler, *throttler.ManualClock) {
 	clock := throttler.NewManualClock(t0)
-	opts = append([]throttler.Option{throttler.WithClock(clock), throttler.WithTimeout(2 * testTimeout),
-		throttler.WithObserver(throttler.NopObserver{})}, opts...)
-	return throttler.New(b, opts...), clock
+	opts = append([]throttler.Option{throttler.WithClock(clock), throttler.WithCallTimeout(2 * testTimeout),
+		throttler.WithLogger(nil)}, opts...)
+	return testkit.Throttler(tb, b, opts...), clock
 }
 
-func mustPolicy(t testing.TB, name, limits string, opts ...throttler.PolicyOption) *throttler.Policy {
+func mustPolicy(t testing.TB, name, limits string, opts ...throttler.Option) *throttler.Policy {
 	t.Helper()
 	p, err := throttler.ParsePolicy(name, limits, opts...)
 	require.NoError(t, err)
@@ -78,7 +80,7 @@ func runTimeline(t *testing.T, thr *throttler.Throttler, clock *throttler.Manual
 
 func TestFixedWindowTimelines(t *testing.T) {
 	b, _ := newTestBackend(t, sharedAddrs(t, 1))
-	thr, clock := newThrottler(b)
+	thr, clock := newThrottler(t, b)
 	const sec, minute = time.Second, time.Minute
 
 	t.Run("anchored", func(t *testing.T) {
@@ -140,7 +142,7 @@ func TestFixedWindowTimelines(t *testing.T) {
 
 func TestGCRATimeline(t *testing.T) {
 	b, _ := newTestBackend(t, sharedAddrs(t, 1))
-	thr, clock := newThrottler(b)
+	thr, clock := newThrottler(t, b)
 	// 6/min: T = 10 s; burst 2.
 	p := mustPolicy(t, "gcra", "6/min gcra burst=2")
 	const sec = time.Second
@@ -156,7 +158,7 @@ func TestGCRATimeline(t *testing.T) {
 
 func TestMixedPolicyRollsBackEveryLimit(t *testing.T) {
 	b, raw := newTestBackend(t, sharedAddrs(t, 1))
-	thr, clock := newThrottler(b)
+	thr, clock := newThrottler(t, b)
 	ctx := context.Background()
 	p := mustPolicy(t, "mixed", "100/min, 3/min gcra, 50/h aligned")
 	for i := range 3 {
@@ -179,7 +181,7 @@ func TestMixedPolicyRollsBackEveryLimit(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, r.Allowed)
 	clock.Advance(time.Second)
-	k := newKeys(b.prefix, p2, "v")
+	k := newKeys(b.prefix, testkit.Compile(t, p2), "v")
 	b.hooks.beforeCAS = func() {
 		b.hooks.beforeCAS = nil
 		tat := clock.Now().Add(time.Minute).UnixMicro()
@@ -200,32 +202,32 @@ func TestMixedPolicyRollsBackEveryLimit(t *testing.T) {
 
 func TestPeekNeverWrites(t *testing.T) {
 	b, raw := newTestBackend(t, sharedAddrs(t, 1))
-	thr, _ := newThrottler(b)
+	thr, _ := newThrottler(t, b)
 	p := mustPolicy(t, "peek", "5/min, 10/h aligned, 3/s gcra")
 	for range 3 {
 		r, err := thr.Peek(context.Background(), p, "nobody")
 		require.NoError(t, err)
 		require.True(t, r.Allowed)
 	}
-	k := newKeys(b.prefix, p, "nobody")
-	for i := range p.Len() {
+	k := newKeys(b.prefix, testkit.Compile(t, p), "nobody")
+	for i := range len(p.Limits()) {
 		for _, key := range []string{k.window(i), k.gcra(i)} {
 			_, err := raw.Get(key)
 			assert.ErrorIs(t, err, memcache.ErrCacheMiss, "key %s", key)
 		}
 	}
 	// Cost 0 through Decide is a peek too.
-	out, err := b.Decide(context.Background(), throttler.Request{Policy: p, Identifier: "nobody", Now: t0})
+	out, err := b.Decide(context.Background(), driver.Request{Policy: testkit.Compile(t, p), Identifier: "nobody", Now: t0})
 	require.NoError(t, err)
 	assert.True(t, out.Allowed)
-	assert.Equal(t, make([]throttler.State, 3), out.States)
+	assert.Equal(t, make([]driver.State, 3), out.States)
 	_, err = raw.Get(k.window(0))
 	assert.ErrorIs(t, err, memcache.ErrCacheMiss)
 }
 
 func TestResetForgetsState(t *testing.T) {
 	b, _ := newTestBackend(t, sharedAddrs(t, 1))
-	thr, _ := newThrottler(b)
+	thr, _ := newThrottler(t, b)
 	ctx := context.Background()
 	p := mustPolicy(t, "reset", "1/min, 1/min gcra")
 	r, err := thr.Allow(ctx, p, "u")
@@ -250,25 +252,25 @@ func TestPingAndConfig(t *testing.T) {
 	assert.ErrorIs(t, b.Ping(ctx), context.Canceled)
 
 	_, err := New(nil)
-	assert.ErrorIs(t, err, ErrInvalidConfig)
+	assert.ErrorIs(t, err, driver.ErrInvalidOption)
 	client := memcache.New("127.0.0.1:1")
 	_, err = New(client, WithPrefix(""))
-	assert.ErrorIs(t, err, ErrInvalidConfig)
+	assert.ErrorIs(t, err, driver.ErrInvalidOption)
 	_, err = New(client, WithCASRetries(-1))
-	assert.ErrorIs(t, err, ErrInvalidConfig)
+	assert.ErrorIs(t, err, driver.ErrInvalidOption)
 	_, err = NewClient(0)
-	assert.ErrorIs(t, err, ErrInvalidServer)
+	assert.ErrorIs(t, err, driver.ErrInvalidOption)
 
 	// Bad input to the backend itself is an error, never a panic.
 	p := mustPolicy(t, "p", "1/s")
-	_, err = b.Decide(context.Background(), throttler.Request{Policy: nil, Identifier: "x", Cost: 1})
+	_, err = b.Decide(context.Background(), driver.Request{Policy: testkit.Compile(t, nil), Identifier: "x", Cost: 1})
 	assert.ErrorIs(t, err, throttler.ErrInvalidPolicy)
-	_, err = b.Decide(context.Background(), throttler.Request{Policy: p, Identifier: "", Cost: 1})
-	assert.ErrorIs(t, err, throttler.ErrInvalidIdentifier)
-	_, err = b.Decide(context.Background(), throttler.Request{Policy: p, Identifier: "x", Cost: -1})
-	assert.ErrorIs(t, err, throttler.ErrInvalidCost)
+	_, err = b.Decide(context.Background(), driver.Request{Policy: testkit.Compile(t, p), Identifier: "", Cost: 1})
+	assert.ErrorIs(t, err, driver.ErrInvalidOption)
+	_, err = b.Decide(context.Background(), driver.Request{Policy: testkit.Compile(t, p), Identifier: "x", Cost: -1})
+	assert.ErrorIs(t, err, driver.ErrInvalidOption)
 	// A cost above capacity straight to the backend: denied, nothing written.
-	out, err := b.Decide(context.Background(), throttler.Request{Policy: p, Identifier: "x", Cost: 2, Now: t0})
+	out, err := b.Decide(context.Background(), driver.Request{Policy: testkit.Compile(t, p), Identifier: "x", Cost: 2, Now: t0})
 	require.NoError(t, err)
 	assert.False(t, out.Allowed)
 }
@@ -276,8 +278,8 @@ func TestPingAndConfig(t *testing.T) {
 func TestMalformedStoredValuesAreErrors(t *testing.T) {
 	b, raw := newTestBackend(t, sharedAddrs(t, 1))
 	p := mustPolicy(t, "bad", "5/min, 5/min gcra")
-	k := newKeys(b.prefix, p, "u")
-	req := throttler.Request{Policy: p, Identifier: "u", Cost: 1, Now: t0}
+	k := newKeys(b.prefix, testkit.Compile(t, p), "u")
+	req := driver.Request{Policy: testkit.Compile(t, p), Identifier: "u", Cost: 1, Now: t0}
 	for _, c := range []struct{ key, value string }{
 		{k.window(0), "not a window"},
 		{k.window(0), "123 short"},
@@ -285,7 +287,7 @@ func TestMalformedStoredValuesAreErrors(t *testing.T) {
 	} {
 		require.NoError(t, raw.Set(&memcache.Item{Key: c.key, Value: []byte(c.value), Expiration: 60}))
 		_, err := b.Decide(context.Background(), req)
-		assert.ErrorIs(t, err, throttler.ErrBadReply, "value %q", c.value)
+		assert.ErrorIs(t, err, driver.ErrBadReply, "value %q", c.value)
 		require.NoError(t, raw.Delete(c.key))
 	}
 	// A counter that holds text: memcached refuses the incr.
@@ -310,8 +312,8 @@ func TestConcurrentCostOneIsExact(t *testing.T) {
 	p := mustPolicy(t, "exact", "40/min, 25/h, 30/min gcra burst=30")
 	clock := throttler.NewManualClock(t0)
 	thrs := []*throttler.Throttler{
-		throttler.New(b1, throttler.WithClock(clock), throttler.WithTimeout(2*testTimeout)),
-		throttler.New(b2, throttler.WithClock(clock), throttler.WithTimeout(2*testTimeout)),
+		testkit.Throttler(t, b1, throttler.WithClock(clock), throttler.WithCallTimeout(2*testTimeout)),
+		testkit.Throttler(t, b2, throttler.WithClock(clock), throttler.WithCallTimeout(2*testTimeout)),
 	}
 	const goroutines, perGoroutine = 16, 4
 	batch := func() int64 {
@@ -348,7 +350,7 @@ func TestConcurrentCostOneIsExact(t *testing.T) {
 
 func TestConcurrentCostOneWithSecondLimitOpen(t *testing.T) {
 	b, _ := newTestBackend(t, sharedAddrs(t, 1))
-	thr, clock := newThrottler(b)
+	thr, clock := newThrottler(t, b)
 	// The minute window is open and the second window closed at each
 	// batch: requests race to open the first limit while incrementing the
 	// second, which must still be exact.
@@ -384,8 +386,8 @@ func TestCostAboveOneMayDenySpuriouslyNeverOverAdmits(t *testing.T) {
 	b, _ := newTestBackend(t, addrs)
 	other, err := New(b.client, WithPrefix(b.prefix)) // a second process
 	require.NoError(t, err)
-	thr, _ := newThrottler(b)
-	thrOther, _ := newThrottler(other)
+	thr, _ := newThrottler(t, b)
+	thrOther, _ := newThrottler(t, other)
 	ctx := context.Background()
 	p := mustPolicy(t, "weak", "5/min")
 
@@ -442,10 +444,10 @@ func TestRetriesExhaustedIsCountedAndHandled(t *testing.T) {
 	b, raw := newTestBackend(t, sharedAddrs(t, 1), WithCASRetries(3))
 	p := mustPolicy(t, "cas", "10/min gcra")
 	pClosed := mustPolicy(t, "cas", "10/min gcra", throttler.WithFailureMode(throttler.FailClosed))
-	k := newKeys(b.prefix, p, "u")
+	k := newKeys(b.prefix, testkit.Compile(t, p), "u")
 	var observed []error
 	var mu sync.Mutex
-	thr, clock := newThrottler(b, throttler.WithObserver(throttler.ObserverFunc(func(e throttler.Event) {
+	thr, clock := newThrottler(t, b, throttler.WithObserver(throttler.ObserverFunc(func(_ context.Context, e throttler.Event) {
 		if e.Err != nil {
 			mu.Lock()
 			observed = append(observed, e.Err)
@@ -498,14 +500,14 @@ func TestContextEndsBetweenRoundTrips(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	before := b.Stats().RoundTrips
-	_, err := b.Decide(ctx, throttler.Request{Policy: p, Identifier: "u", Cost: 1, Now: t0})
+	_, err := b.Decide(ctx, driver.Request{Policy: testkit.Compile(t, p), Identifier: "u", Cost: 1, Now: t0})
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.Equal(t, before, b.Stats().RoundTrips, "no round trip once the context is done")
 }
 
 func TestLongWindowsOutliveRelativeExpiry(t *testing.T) {
 	b, raw := newTestBackend(t, sharedAddrs(t, 1))
-	thr, _ := newThrottler(b)
+	thr, _ := newThrottler(t, b)
 	ctx := context.Background()
 	// Past 30 days memcached reads expirations as absolute Unix times; a
 	// relative number of seconds there would be a moment in 1970 and the
@@ -518,9 +520,9 @@ func TestLongWindowsOutliveRelativeExpiry(t *testing.T) {
 		r, err = thr.Peek(ctx, p, limits)
 		require.NoError(t, err)
 		assert.Equal(t, int64(1), r.Used, "%s: state survived", limits)
-		k := newKeys(b.prefix, p, limits)
+		k := newKeys(b.prefix, testkit.Compile(t, p), limits)
 		key := k.window(0)
-		if p.Limit(0).Algorithm == throttler.GCRA {
+		if p.Limits()[0].Algorithm == throttler.GCRA {
 			key = k.gcra(0)
 		}
 		_, err = raw.Get(key)
@@ -531,14 +533,14 @@ func TestLongWindowsOutliveRelativeExpiry(t *testing.T) {
 func TestExpiration(t *testing.T) {
 	wall := func() time.Time { return time.Unix(1_800_000_000, 0) }
 	day := 24 * time.Hour
-	const grace = 1 + clockMargin
-	assert.Equal(t, int32(grace), expiration(0, 0, wall), "closed state: the grace only")
-	assert.Equal(t, int32(1+grace), expiration(time.Millisecond, 0, wall), "rounded up, plus the grace")
-	assert.Equal(t, int32(60+grace+1), expiration(time.Minute, 1, wall))
-	assert.Equal(t, int32(relativeExpiryMax), expiration(30*day-grace*time.Second, 0, wall), "largest relative")
-	assert.Equal(t, int32(1_800_000_000+relativeExpiryMax+grace+absoluteExpirySlack),
+	const margin = grace + clockMargin
+	assert.Equal(t, int32(margin), expiration(0, 0, wall), "closed state: the margin only")
+	assert.Equal(t, int32(1+margin), expiration(time.Millisecond, 0, wall), "rounded up, plus the margin")
+	assert.Equal(t, int32(60+margin+1), expiration(time.Minute, 1, wall))
+	assert.Equal(t, int32(relativeExpiryMax), expiration(30*day-margin*time.Second, 0, wall), "largest relative")
+	assert.Equal(t, int32(1_800_000_000+relativeExpiryMax+margin+absoluteExpirySlack),
 		expiration(30*day, 0, wall), "absolute past 30 days")
-	assert.Equal(t, int32(1_800_000_000+400*86400+grace+absoluteExpirySlack), expiration(400*day, 0, wall))
+	assert.Equal(t, int32(1_800_000_000+400*86400+margin+absoluteExpirySlack), expiration(400*day, 0, wall))
 	assert.Equal(t, int32(0), expiration(4000*day, 0, func() time.Time { return time.Unix(2_100_000_000, 0) }),
 		"beyond 2038: no expiry rather than a wrapped one")
 }
@@ -551,8 +553,8 @@ func TestServerStoppedDegradesAndRecovers(t *testing.T) {
 	b, err := New(client, WithPrefix(freshPrefix()))
 	require.NoError(t, err)
 	var failures atomic.Int64
-	thr, clock := newThrottler(b, throttler.WithTimeout(100*time.Millisecond),
-		throttler.WithObserver(throttler.ObserverFunc(func(e throttler.Event) {
+	thr, clock := newThrottler(t, b, throttler.WithCallTimeout(100*time.Millisecond),
+		throttler.WithObserver(throttler.ObserverFunc(func(_ context.Context, e throttler.Event) {
 			if e.Err != nil {
 				failures.Add(1)
 			}
@@ -602,23 +604,23 @@ func TestServerStoppedDegradesAndRecovers(t *testing.T) {
 func TestRefundAndResetSurviveMissingState(t *testing.T) {
 	b, _ := newTestBackend(t, sharedAddrs(t, 1))
 	p := mustPolicy(t, "absent", "5/min, 5/min gcra")
-	out, err := b.Refund(context.Background(), throttler.Request{Policy: p, Identifier: "u", Cost: 3, Now: t0})
+	out, err := b.Refund(context.Background(), driver.Request{Policy: testkit.Compile(t, p), Identifier: "u", Cost: 3, Now: t0})
 	require.NoError(t, err)
 	assert.True(t, out.Allowed)
-	assert.Equal(t, make([]throttler.State, 2), out.States)
-	assert.NoError(t, b.Reset(context.Background(), p, "u"))
+	assert.Equal(t, make([]driver.State, 2), out.States)
+	assert.NoError(t, b.Reset(context.Background(), testkit.Compile(t, p), "u"))
 }
 
 func TestPrefixBounds(t *testing.T) {
 	_, err := New(dummyClient(), WithPrefix(strings.Repeat("p", MaxPrefixLen)))
 	assert.NoError(t, err)
 	_, err = New(dummyClient(), WithPrefix(strings.Repeat(" ", MaxPrefixLen/3+1)))
-	assert.ErrorIs(t, err, ErrInvalidConfig, "escaped length counts")
+	assert.ErrorIs(t, err, driver.ErrInvalidOption, "escaped length counts")
 }
 
 func TestRoundTrips(t *testing.T) {
 	b, _ := newTestBackend(t, sharedAddrs(t, 1))
-	thr, clock := newThrottler(b)
+	thr, clock := newThrottler(t, b)
 	ctx := context.Background()
 	count := func(f func()) uint64 {
 		before := b.Stats().RoundTrips
@@ -661,13 +663,13 @@ func TestRoundTrips(t *testing.T) {
 func TestResetClearsUnreadableState(t *testing.T) {
 	b, raw := newTestBackend(t, sharedAddrs(t, 1))
 	p := mustPolicy(t, "junk", "5/min, 5/min gcra")
-	k := newKeys(b.prefix, p, "u")
-	req := throttler.Request{Policy: p, Identifier: "u", Cost: 1, Now: t0}
+	k := newKeys(b.prefix, testkit.Compile(t, p), "u")
+	req := driver.Request{Policy: testkit.Compile(t, p), Identifier: "u", Cost: 1, Now: t0}
 	require.NoError(t, raw.Set(&memcache.Item{Key: k.window(0), Value: []byte("junk"), Expiration: 60}))
 	require.NoError(t, raw.Set(&memcache.Item{Key: k.gcra(1), Value: []byte("junk"), Expiration: 60}))
 	_, err := b.Decide(context.Background(), req)
-	require.ErrorIs(t, err, throttler.ErrBadReply)
-	require.NoError(t, b.Reset(context.Background(), p, "u"))
+	require.ErrorIs(t, err, driver.ErrBadReply)
+	require.NoError(t, b.Reset(context.Background(), testkit.Compile(t, p), "u"))
 	out, err := b.Decide(context.Background(), req)
 	require.NoError(t, err)
 	assert.True(t, out.Allowed)
@@ -686,39 +688,39 @@ func TestWindowOpeningRace(t *testing.T) {
 			ctx := context.Background()
 			start := t0
 			if closed {
-				_, err := loser.Decide(ctx, throttler.Request{Policy: p, Identifier: "u", Cost: 3, Now: t0.Add(-2 * time.Minute)})
+				_, err := loser.Decide(ctx, driver.Request{Policy: testkit.Compile(t, p), Identifier: "u", Cost: 3, Now: t0.Add(-2 * time.Minute)})
 				require.NoError(t, err)
 			}
-			var won throttler.Outcome
+			var won driver.Outcome
 			var orphan string
 			loser.hooks.beforePublish = func(counter string) {
 				// The loser has added its counter and not published it.
 				loser.hooks.beforePublish = nil
 				orphan = counter
-				won, err = winner.Decide(ctx, throttler.Request{Policy: p, Identifier: "u", Cost: 1, Now: start.Add(time.Millisecond)})
+				won, err = winner.Decide(ctx, driver.Request{Policy: testkit.Compile(t, p), Identifier: "u", Cost: 1, Now: start.Add(time.Millisecond)})
 				require.NoError(t, err)
 			}
-			lost, err := loser.Decide(ctx, throttler.Request{Policy: p, Identifier: "u", Cost: 2, Now: start})
+			lost, err := loser.Decide(ctx, driver.Request{Policy: testkit.Compile(t, p), Identifier: "u", Cost: 2, Now: start})
 			require.NoError(t, err)
 
 			end := start.Add(time.Millisecond + time.Minute).UnixMilli()
 			require.True(t, won.Allowed)
-			assert.Equal(t, throttler.State{Used: 1, End: end}, won.States[0], "winner opened its window")
+			assert.Equal(t, driver.State{Used: 1, End: end}, won.States[0], "winner opened its window")
 			require.True(t, lost.Allowed)
-			assert.Equal(t, throttler.State{Used: 3, End: end}, lost.States[0], "loser counted in the winner's window")
+			assert.Equal(t, driver.State{Used: 3, End: end}, lost.States[0], "loser counted in the winner's window")
 			assert.Equal(t, uint64(1), loser.Stats().CASConflicts)
 
 			// Exactly one counter holds the window's units: the loser's was
 			// deleted.
-			it, err := raw.Get(newKeys(loser.prefix, p, "u").window(0))
+			it, err := raw.Get(newKeys(loser.prefix, testkit.Compile(t, p), "u").window(0))
 			require.NoError(t, err)
 			w, ok := parseWindow(it.Value)
 			require.True(t, ok)
 			assert.Equal(t, end, w.end)
-			assert.NotEqual(t, newKeys(loser.prefix, p, "u").counter(0, w), orphan)
+			assert.NotEqual(t, newKeys(loser.prefix, testkit.Compile(t, p), "u").counter(0, w), orphan)
 			_, err = raw.Get(orphan)
 			assert.ErrorIs(t, err, memcache.ErrCacheMiss, "the loser's unpublished counter is gone")
-			out, err := winner.Peek(ctx, throttler.Request{Policy: p, Identifier: "u", Now: start})
+			out, err := winner.Peek(ctx, driver.Request{Policy: testkit.Compile(t, p), Identifier: "u", Now: start})
 			require.NoError(t, err)
 			assert.Equal(t, int64(3), out.States[0].Used)
 		})

@@ -1,4 +1,4 @@
-package memcached
+package memcachedbackend
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttlekit/conformance"
-	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // BenchmarkDecide measures allowed decisions through a Throttler against
@@ -28,7 +28,7 @@ func BenchmarkDecide(b *testing.B) {
 		for _, goroutines := range []int{1, 16, 64} {
 			b.Run(fmt.Sprintf("%s/goroutines=%d", c.name, goroutines), func(b *testing.B) {
 				backend, _ := newTestBackend(b, addrs)
-				thr, _ := newThrottler(backend)
+				thr, _ := newThrottler(b, backend)
 				p := mustPolicy(b, "bench", c.limits)
 				ids := make([]string, 1024)
 				for i := range ids {
@@ -82,7 +82,7 @@ func BenchmarkDecide(b *testing.B) {
 // incr that goes over, the decr that gives the units back, and the read.
 func BenchmarkDenied(b *testing.B) {
 	backend, _ := newTestBackend(b, sharedAddrs(b, 1))
-	thr, _ := newThrottler(backend)
+	thr, _ := newThrottler(b, backend)
 	p := mustPolicy(b, "bench", "1/h")
 	ctx := context.Background()
 	if _, err := thr.Allow(ctx, p, "hot"); err != nil {
@@ -128,7 +128,7 @@ type countingHarness struct {
 	backends []*Backend
 }
 
-func (h *countingHarness) MakeBackend(ctx context.Context) (throttler.Backend, error) {
+func (h *countingHarness) MakeBackend(ctx context.Context) (driver.Backend, error) {
 	b, err := h.harness.MakeBackend(ctx)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package memcached
+package memcachedbackend
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/throttlekit/throttlekit/conformance"
-	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // harness gives one subtest a fresh prefix over shared servers. Each
@@ -22,7 +22,7 @@ type harness struct {
 
 var _ conformance.Limitations = (*harness)(nil)
 
-func (h *harness) MakeBackend(context.Context) (throttler.Backend, error) {
+func (h *harness) MakeBackend(context.Context) (driver.Backend, error) {
 	client, err := NewClient(testTimeout, h.addrs...)
 	if err != nil {
 		return nil, err
@@ -44,8 +44,8 @@ func (h *harness) Close() {
 // Limitations declares the documented weaker guarantee: a request of cost
 // above one holds its units between its incr and its decr, so a racing
 // request that would fit may be denied.
-func (h *harness) Limitations() conformance.Limits {
-	return conformance.Limits{CostAboveOneInexactUnderConcurrency: true}
+func (h *harness) Limitations() conformance.Caveats {
+	return conformance.Caveats{CostAboveOneInexactUnderConcurrency: true}
 }
 
 func makerFor(servers int) conformance.HarnessMaker {

@@ -9,7 +9,7 @@
 //	backend, err := memcached.New(client, memcached.WithPrefix("api"))
 //	th := throttler.New(backend)
 //
-// Backend implements throttler.Backend, Peeker, Refunder, Resetter and
+// Backend implements driver.Backend, Peeker, Refunder, Resetter and
 // Pinger.
 //
 // # Items
@@ -39,8 +39,8 @@
 //
 // Every key is route "|" kind ":" limit, where
 //
-//	route = prefix ":" policy ":" identifier   (each part throttler.EscapeKey'd)
-//	limit = throttler.Policy.LimitKey(i)        (name, algorithm, window, burst)
+//	route = prefix ":" policy ":" identifier   (each part driver.EscapeKey'd)
+//	limit = throttler.Policy.Limits[i].Key        (name, algorithm, window, burst)
 //	kind  = "w" window item, "g" GCRA item, "c" counter (then ":" end ":" token)
 //
 // EscapeKey leaves only letters, digits, '-', '.', '_' and "%XX", so keys
@@ -306,7 +306,7 @@
 //
 // gomemcache takes no context and cannot be interrupted. Each round trip
 // is bounded by the client's Timeout, which NewClient sets (100 ms, as
-// throttler.DefaultTimeout, unless told otherwise): the read and write
+// throttler.DefaultCallTimeout, unless told otherwise): the read and write
 // together, and a dial for a new connection, each within it. The backend
 // checks the call's context before every round trip and starts no other
 // once it is done. A stopped server fails at once (connection refused); a
@@ -334,4 +334,4 @@
 // the "refund after the window closed does nothing" rule. Reset deletes the
 // window items, the counters they name and the GCRA items; a request
 // racing it may still count in the window it read before.
-package memcached
+package memcachedbackend

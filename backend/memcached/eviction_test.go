@@ -1,10 +1,11 @@
-package memcached
+package memcachedbackend
 
 import (
 	"bufio"
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/throttlekit/throttlekit/internal/testkit"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -197,7 +198,7 @@ func TestEvictionRestartsWindowsNeverCorruptsThem(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			thr, clock := newThrottler(b)
+			thr, clock := newThrottler(t, b)
 			checkers := make([][]evictionChecker, idsPerWorker)
 			for i := range checkers {
 				checkers[i] = []evictionChecker{
@@ -255,13 +256,13 @@ func TestEvictionInterleavings(t *testing.T) {
 	p := mustPolicy(t, "evict", "3/min")
 	t.Run("window item evicted: a fresh window, never the old count", func(t *testing.T) {
 		b, raw := newTestBackend(t, sharedAddrs(t, 1))
-		thr, clock := newThrottler(b)
+		thr, clock := newThrottler(t, b)
 		for range 2 {
 			r, err := thr.Allow(ctx, p, "u")
 			require.NoError(t, err)
 			require.True(t, r.Allowed)
 		}
-		require.NoError(t, raw.Delete(newKeys(b.prefix, p, "u").window(0)))
+		require.NoError(t, raw.Delete(newKeys(b.prefix, testkit.Compile(t, p), "u").window(0)))
 		now := clock.Advance(10 * time.Second)
 		r, err := thr.Allow(ctx, p, "u")
 		require.NoError(t, err)
@@ -274,14 +275,14 @@ func TestEvictionInterleavings(t *testing.T) {
 		b, raw := newTestBackend(t, sharedAddrs(t, 1))
 		other, err := New(b.client, WithPrefix(b.prefix))
 		require.NoError(t, err)
-		thr, clock := newThrottler(b)
-		thrOther, _ := newThrottler(other)
+		thr, clock := newThrottler(t, b)
+		thrOther, _ := newThrottler(t, other)
 		for range 3 {
 			r, err := thr.Allow(ctx, p, "u")
 			require.NoError(t, err)
 			require.True(t, r.Allowed)
 		}
-		k := newKeys(b.prefix, p, "u")
+		k := newKeys(b.prefix, testkit.Compile(t, p), "u")
 		it, err := raw.Get(k.window(0))
 		require.NoError(t, err)
 		w, ok := parseWindow(it.Value)

@@ -1,4 +1,4 @@
-package memcached_test
+package memcachedbackend_test
 
 import (
 	"context"
@@ -7,23 +7,26 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
-	"github.com/throttlekit/throttlekit/backend/memcached"
+	memcachedbackend "github.com/throttlekit/throttlekit/backend/memcached"
 	"github.com/throttlekit/throttlekit/throttler"
 )
 
 // This example needs memcached servers, so it has no checked output.
 func Example() {
 	// Each round trip is bounded by 100 ms: gomemcache takes no context.
-	client, err := memcached.NewClient(100*time.Millisecond, "127.0.0.1:11211", "127.0.0.1:11212")
+	client, err := memcachedbackend.NewClient(100*time.Millisecond, "127.0.0.1:11211", "127.0.0.1:11212")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	backend, err := memcached.New(client, memcached.WithPrefix("api"))
+	backend, err := memcachedbackend.New(client, memcachedbackend.WithPrefix("api"))
 	if err != nil {
 		log.Fatal(err)
 	}
-	th := throttler.New(backend)
+	th, err := throttler.New(backend)
+	if err != nil {
+		log.Fatal(err)
+	}
 	policy, err := throttler.ParsePolicy("authenticated", "10/s, 5000/h")
 	if err != nil {
 		log.Fatal(err)
@@ -45,17 +48,19 @@ func Example() {
 // Growing a pool: a third server takes about a third of the identifiers,
 // and the others stay where they were.
 func ExampleRendezvousSelector() {
-	selector, err := memcached.NewRendezvousSelector("10.0.0.1:11211", "10.0.0.2:11211")
+	selector, err := memcachedbackend.NewRendezvousSelector("10.0.0.1:11211", "10.0.0.2:11211")
 	if err != nil {
 		log.Fatal(err)
 	}
 	client := memcache.NewFromSelector(selector)
 	client.Timeout = 100 * time.Millisecond
-	backend, err := memcached.New(client)
+	backend, err := memcachedbackend.New(client)
 	if err != nil {
 		log.Fatal(err)
 	}
-	_ = throttler.New(backend)
+	if _, err := throttler.New(backend); err != nil {
+		log.Fatal(err)
+	}
 
 	if err := selector.SetServers("10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211"); err != nil {
 		log.Fatal(err)

@@ -1,4 +1,4 @@
-package memcached
+package memcachedbackend
 
 import (
 	"math"
@@ -15,8 +15,12 @@ const relativeExpiryMax = 30 * 24 * 60 * 60
 // negligible garbage; losing live state to clock skew is not.
 const absoluteExpirySlack = 24 * 60 * 60
 
-// clockMargin is added to every expiration on top of SPEC's one second of
-// grace. memcached counts relative expiry on a clock of its own that ticks
+// grace keeps every item this many seconds after its state stops
+// mattering, so that two throttlers whose clocks differ by up to 30 s share
+// every window and GCRA state exactly (docs/SPEC.md, Time 2).
+const grace = 30
+
+// clockMargin is added to every expiration on top of the grace. memcached counts relative expiry on a clock of its own that ticks
 // once a second from a timer: an item set just before a tick is stamped up
 // to a second early, and a timer that fires late on a loaded host stamps it
 // later still. Without this margin an item could vanish before its window
@@ -27,8 +31,8 @@ const clockMargin = 3
 
 // expiration returns the memcached expiration for state that stops
 // mattering after live (measured in request time, from the request's now):
-// rounded up to whole seconds, plus one second of grace, clockMargin and
-// extra seconds. It is garbage collection only and never decides anything.
+// rounded up to whole seconds, plus the grace, clockMargin and extra
+// seconds. It is garbage collection only and never decides anything.
 //
 // Up to 30 days it is relative. Beyond, memcached wants an absolute Unix
 // time, which this function takes from wall(): the host's clock, never the
@@ -36,7 +40,7 @@ const clockMargin = 3
 // time that does not fit memcached's 32-bit field yields 0 (never expires;
 // the item then goes only when evicted).
 func expiration(live time.Duration, extra int64, wall func() time.Time) int32 {
-	secs := int64(1) + clockMargin + extra
+	secs := int64(grace) + clockMargin + extra
 	if live > 0 {
 		secs += int64((live + time.Second - 1) / time.Second)
 	}

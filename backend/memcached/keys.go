@@ -1,4 +1,4 @@
-package memcached
+package memcachedbackend
 
 import (
 	"crypto/sha256"
@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // Key layout limits. memcached accepts keys of at most MaxKeyLen bytes; the
@@ -21,7 +21,7 @@ const (
 	// RouteSeparator ends the routing part of every key this package
 	// builds. RendezvousSelector hashes only what precedes it, so every
 	// key of one identifier under one policy lands on one server. It is
-	// never produced by throttler.EscapeKey nor by the hex of a hash.
+	// never produced by driver.EscapeKey nor by the hex of a hash.
 	RouteSeparator = '|'
 
 	// hashMarker starts a part replaced by its SHA-256: EscapeKey never
@@ -49,11 +49,11 @@ type keys struct {
 }
 
 // newKeys builds the key parts for id under p, with prefix already escaped.
-func newKeys(prefix string, p *throttler.Policy, id string) keys {
-	route := prefix + ":" + p.PolicyKey() + ":" + throttler.EscapeKey(id)
-	k := keys{route: shorten(route, maxRoutePart), limits: make([]string, p.Len())}
+func newKeys(prefix string, p *driver.Policy, id string) keys {
+	route := prefix + ":" + p.Key + ":" + driver.EscapeKey(id)
+	k := keys{route: shorten(route, maxRoutePart), limits: make([]string, len(p.Limits))}
 	for i := range k.limits {
-		k.limits[i] = shorten(p.LimitKey(i), maxLimitPart)
+		k.limits[i] = shorten(p.Limits[i].Key, maxLimitPart)
 	}
 	return k
 }

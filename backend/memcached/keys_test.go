@@ -1,7 +1,8 @@
-package memcached
+package memcachedbackend
 
 import (
 	"context"
+	"github.com/throttlekit/throttlekit/internal/testkit"
 	"math"
 	"strings"
 	"testing"
@@ -9,16 +10,17 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // nastyIdentifiers are identifiers memcached could not take as they are,
 // or that differ only where a careless encoding would merge them.
 func nastyIdentifiers() []string {
-	long := strings.Repeat("x", throttler.MaxIdentifierLen-1)
-	ff := strings.Repeat("\xff", throttler.MaxIdentifierLen)
+	long := strings.Repeat("x", driver.MaxIdentifierLen-1)
+	ff := strings.Repeat("\xff", driver.MaxIdentifierLen)
 	return []string{
 		long + "a", long + "b", // 1024 bytes, differing in the last byte
-		ff, ff[:throttler.MaxIdentifierLen-1] + "\xfe",
+		ff, ff[:driver.MaxIdentifierLen-1] + "\xfe",
 		"with space", "with\nnewline", "with\x00nul", "with\rcr", "\x7f", "tab\there",
 		"a b", "a_b", "a%20b", "a%2520b",
 		"pipe|route", "hash#mark", "colon:sep", "{tag}",
@@ -49,11 +51,11 @@ func TestKeysAreLegalForEveryInput(t *testing.T) {
 		require.NoError(t, err)
 		for _, p := range policies {
 			for _, id := range nastyIdentifiers() {
-				k := newKeys(b.prefix, p, id)
-				for i := range p.Len() {
+				k := newKeys(b.prefix, testkit.Compile(t, p), id)
+				for i := range len(p.Limits()) {
 					for _, key := range []string{k.window(i), k.gcra(i), k.counter(i, extremes[0]), k.counter(i, extremes[1])} {
 						require.True(t, legalKey(key), "illegal key %q (%d bytes)", key, len(key))
-						whose := prefix + "\x00" + p.Name() + "\x00" + id + "\x00" + p.LimitKey(i)
+						whose := prefix + "\x00" + p.Name() + "\x00" + id + "\x00" + testkit.Compile(t, p).Limits[i].Key
 						if prev, dup := seen[key]; dup {
 							require.Equal(t, prev, whose, "two subjects share key %q", key)
 						}
@@ -65,7 +67,7 @@ func TestKeysAreLegalForEveryInput(t *testing.T) {
 	}
 	// Two limits whose names differ only after the plain budget: hashed
 	// apart.
-	k := newKeys(DefaultPrefix, named, "u")
+	k := newKeys(DefaultPrefix, testkit.Compile(t, named), "u")
 	assert.NotEqual(t, k.window(0), k.window(1))
 	assert.True(t, strings.Contains(k.window(0), "|w:#"), "long limit part hashed: %s", k.window(0))
 }
@@ -73,22 +75,22 @@ func TestKeysAreLegalForEveryInput(t *testing.T) {
 func TestHashedAndPlainPartsNeverCollide(t *testing.T) {
 	p := mustPolicy(t, "p", "1/s")
 	long := strings.Repeat("y", 200)
-	hashed := newKeys("tk", p, long).route
+	hashed := newKeys("tk", testkit.Compile(t, p), long).route
 	require.True(t, strings.HasPrefix(hashed, "#"), "a long route is hashed: %s", hashed)
 	require.Len(t, hashed, 65)
 	for _, id := range nastyIdentifiers() {
-		if r := newKeys("tk", p, id).route; !strings.HasPrefix(r, "#") {
+		if r := newKeys("tk", testkit.Compile(t, p), id).route; !strings.HasPrefix(r, "#") {
 			assert.NotContains(t, r, "#", "a plain route never holds the hash marker")
 		}
 	}
 	// An identifier spelling a hashed route is escaped, so it differs.
-	assert.NotEqual(t, hashed, newKeys("tk", p, hashed).route)
-	assert.NotEqual(t, hashed, newKeys("", p, hashed[1:]).route)
+	assert.NotEqual(t, hashed, newKeys("tk", testkit.Compile(t, p), hashed).route)
+	assert.NotEqual(t, hashed, newKeys("", testkit.Compile(t, p), hashed[1:]).route)
 }
 
 func TestNastyIdentifiersKeepSeparateState(t *testing.T) {
 	b, _ := newTestBackend(t, sharedAddrs(t, 1))
-	thr, _ := newThrottler(b)
+	thr, _ := newThrottler(t, b)
 	ctx := context.Background()
 	p := mustPolicy(t, "sep", "1/min, 1/min gcra")
 	ids := nastyIdentifiers()

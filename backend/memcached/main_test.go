@@ -1,4 +1,4 @@
-package memcached
+package memcachedbackend
 
 import (
 	"errors"

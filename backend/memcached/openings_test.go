@@ -1,4 +1,4 @@
-package memcached
+package memcachedbackend
 
 import (
 	"context"
@@ -9,7 +9,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // nthPublish returns a beforePublish hook that runs f once, before the
@@ -37,9 +39,9 @@ func waitFor(t *testing.T, ch <-chan struct{}, what string) {
 }
 
 // decideAt runs one decision of cost 1 at now straight on the backend.
-func decideAt(t *testing.T, b *Backend, p *throttler.Policy, now time.Time) throttler.Outcome {
+func decideAt(t *testing.T, b *Backend, p *throttler.Policy, now time.Time) driver.Outcome {
 	t.Helper()
-	out, err := b.Decide(context.Background(), throttler.Request{Policy: p, Identifier: "u", Cost: 1, Now: now})
+	out, err := b.Decide(context.Background(), driver.Request{Policy: testkit.Compile(t, p), Identifier: "u", Cost: 1, Now: now})
 	require.NoError(t, err)
 	return out
 }
@@ -54,7 +56,7 @@ func TestDeniedRequestOpensNothing(t *testing.T) {
 		s, err := New(r.client, WithPrefix(r.prefix))
 		require.NoError(t, err)
 		p := mustPolicy(t, "two", "10/min, 1/h")
-		var byS throttler.Outcome
+		var byS driver.Outcome
 		r.hooks.beforePublish = nthPublish(r, 2, func() { byS = decideAt(t, s, p, t0) })
 
 		byR := decideAt(t, r, p, t0)
@@ -64,10 +66,10 @@ func TestDeniedRequestOpensNothing(t *testing.T) {
 		// S went through R's minute window before opening the hourly one:
 		// the window holds S's unit and is exactly the one S would have
 		// opened itself.
-		peek, err := r.Peek(context.Background(), throttler.Request{Policy: p, Identifier: "u", Now: t0.Add(time.Second)})
+		peek, err := r.Peek(context.Background(), driver.Request{Policy: testkit.Compile(t, p), Identifier: "u", Now: t0.Add(time.Second)})
 		require.NoError(t, err)
-		assert.Equal(t, throttler.State{Used: 1, End: t0.Add(time.Minute).UnixMilli()}, peek.States[0])
-		assert.Equal(t, throttler.State{Used: 1, End: t0.Add(time.Hour).UnixMilli()}, peek.States[1])
+		assert.Equal(t, driver.State{Used: 1, End: t0.Add(time.Minute).UnixMilli()}, peek.States[0])
+		assert.Equal(t, driver.State{Used: 1, End: t0.Add(time.Hour).UnixMilli()}, peek.States[1])
 		assert.Equal(t, uint64(0), r.Stats().OpeningsRetracted, "S counts in it: nothing to retract")
 		assert.Equal(t, uint64(0), r.Stats().RollbackFailures)
 	})
@@ -86,7 +88,7 @@ func TestDeniedRequestOpensNothing(t *testing.T) {
 		// the 30 s one, which R then loses and finds full.
 		atR := t0.Add(time.Minute)
 		atS := atR.Add(-time.Millisecond)
-		var byS throttler.Outcome
+		var byS driver.Outcome
 		r.hooks.beforePublish = nthPublish(r, 1, func() { byS = decideAt(t, s, p, atS) })
 
 		byR := decideAt(t, r, p, atR)
@@ -94,11 +96,11 @@ func TestDeniedRequestOpensNothing(t *testing.T) {
 		require.True(t, byS.Allowed)
 		assert.Equal(t, uint64(1), r.Stats().OpeningsRetracted)
 		assert.Equal(t, uint64(0), r.Stats().RollbackFailures)
-		assert.Equal(t, throttler.State{}, byR.States[0], "reported as absent: R opened nothing")
+		assert.Equal(t, driver.State{}, byR.States[0], "reported as absent: R opened nothing")
 
 		// The minute window R opened is retracted: its item still names a
 		// counter, which holds the marker.
-		k := newKeys(r.prefix, p, "u")
+		k := newKeys(r.prefix, testkit.Compile(t, p), "u")
 		it, err := raw.Get(k.window(0))
 		require.NoError(t, err)
 		w, ok := parseWindow(it.Value)
@@ -114,17 +116,17 @@ func TestDeniedRequestOpensNothing(t *testing.T) {
 		// open now, a refund gives nothing back and resurrects nothing, and
 		// the next request opens a window at its own reading, not at R's.
 		later := atR.Add(10 * time.Second)
-		req := throttler.Request{Policy: p, Identifier: "u", Now: later}
+		req := driver.Request{Policy: testkit.Compile(t, p), Identifier: "u", Now: later}
 		peek, err := r.Peek(context.Background(), req)
 		require.NoError(t, err)
-		assert.Equal(t, throttler.State{}, peek.States[0])
+		assert.Equal(t, driver.State{}, peek.States[0])
 		req.Cost = 1000
 		refund, err := r.Refund(context.Background(), req)
 		require.NoError(t, err)
-		assert.Equal(t, throttler.State{}, refund.States[0])
+		assert.Equal(t, driver.State{}, refund.States[0])
 		next := decideAt(t, r, p, later)
 		assert.True(t, next.Allowed)
-		assert.Equal(t, throttler.State{Used: 1, End: later.Add(time.Minute).UnixMilli()}, next.States[0])
+		assert.Equal(t, driver.State{Used: 1, End: later.Add(time.Minute).UnixMilli()}, next.States[0])
 	})
 }
 
@@ -153,14 +155,14 @@ func TestDeniedOpeningResidualAcrossReadings(t *testing.T) {
 		close(holding)
 		<-release
 	}
-	var byT throttler.Outcome
+	var byT driver.Outcome
 	var wg sync.WaitGroup
 	r.hooks.beforeRetract = func(string) {
 		r.hooks.beforeRetract = nil
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out, err := tt.Decide(context.Background(), throttler.Request{Policy: p, Identifier: "u", Cost: 1, Now: atS})
+			out, err := tt.Decide(context.Background(), driver.Request{Policy: testkit.Compile(t, p), Identifier: "u", Cost: 1, Now: atS})
 			assert.NoError(t, err)
 			byT = out
 		}()
@@ -176,9 +178,9 @@ func TestDeniedOpeningResidualAcrossReadings(t *testing.T) {
 	// The documented residual: a window opened by denied requests, empty,
 	// ending at R's reading + Window. It never admits more than Max.
 	later := atR.Add(10 * time.Second)
-	peek, err := r.Peek(context.Background(), throttler.Request{Policy: p, Identifier: "u", Now: later})
+	peek, err := r.Peek(context.Background(), driver.Request{Policy: testkit.Compile(t, p), Identifier: "u", Now: later})
 	require.NoError(t, err)
-	assert.Equal(t, throttler.State{Used: 0, End: atR.Add(time.Minute).UnixMilli()}, peek.States[0])
+	assert.Equal(t, driver.State{Used: 0, End: atR.Add(time.Minute).UnixMilli()}, peek.States[0])
 }
 
 // TestGiveBackOutlivesTheContext ends the call's context between the
@@ -189,7 +191,7 @@ func TestGiveBackOutlivesTheContext(t *testing.T) {
 
 	t.Run("denial", func(t *testing.T) {
 		b, _ := newTestBackend(t, sharedAddrs(t, 1))
-		thr, _ := newThrottler(b)
+		thr, _ := newThrottler(t, b)
 		p := mustPolicy(t, "deny", "2/min", closed)
 		for range 2 {
 			r, err := thr.Allow(context.Background(), p, "u")
@@ -234,12 +236,12 @@ func TestGiveBackOutlivesTheContext(t *testing.T) {
 			b.hooks.beforeCAS = nil
 			cancel()
 		}
-		_, err := b.Decide(ctx, throttler.Request{Policy: p, Identifier: "u", Cost: 1, Now: t0.Add(time.Second)})
+		_, err := b.Decide(ctx, driver.Request{Policy: testkit.Compile(t, p), Identifier: "u", Cost: 1, Now: t0.Add(time.Second)})
 		assert.ErrorIs(t, err, context.Canceled)
 		waitFor(t, gaveBack, "the give-back")
 		b.hooks.afterGiveBack = nil
 
-		peek, err := b.Peek(context.Background(), throttler.Request{Policy: p, Identifier: "u", Now: t0.Add(time.Second)})
+		peek, err := b.Peek(context.Background(), driver.Request{Policy: testkit.Compile(t, p), Identifier: "u", Now: t0.Add(time.Second)})
 		require.NoError(t, err)
 		assert.Equal(t, int64(1), peek.States[0].Used, "the failed call's unit was given back")
 		assert.Equal(t, uint64(0), b.Stats().RollbackFailures)
@@ -250,26 +252,29 @@ func TestGiveBackOutlivesTheContext(t *testing.T) {
 // build: errors errors.Is can match, never a panic.
 func TestZeroBackendIsAnError(t *testing.T) {
 	p := mustPolicy(t, "zero", "1/s, 1/s gcra")
-	req := throttler.Request{Policy: p, Identifier: "u", Cost: 1, Now: t0}
+	req := driver.Request{Policy: testkit.Compile(t, p), Identifier: "u", Cost: 1, Now: t0}
 	ctx := context.Background()
 	for name, b := range map[string]*Backend{"zero value": {}, "nil pointer": nil} {
 		t.Run(name, func(t *testing.T) {
 			_, err := b.Decide(ctx, req)
-			assert.ErrorIs(t, err, ErrInvalidConfig)
-			_, err = b.Decide(ctx, throttler.Request{Policy: p, Identifier: "u", Now: t0})
-			assert.ErrorIs(t, err, ErrInvalidConfig, "cost 0")
+			assert.ErrorIs(t, err, driver.ErrNotInitialized)
+			_, err = b.Decide(ctx, driver.Request{Policy: testkit.Compile(t, p), Identifier: "u", Now: t0})
+			assert.ErrorIs(t, err, driver.ErrNotInitialized, "cost 0")
 			_, err = b.Peek(ctx, req)
-			assert.ErrorIs(t, err, ErrInvalidConfig)
+			assert.ErrorIs(t, err, driver.ErrNotInitialized)
 			_, err = b.Refund(ctx, req)
-			assert.ErrorIs(t, err, ErrInvalidConfig)
-			assert.ErrorIs(t, b.Reset(ctx, p, "u"), ErrInvalidConfig)
-			assert.ErrorIs(t, b.Ping(ctx), ErrInvalidConfig)
+			assert.ErrorIs(t, err, driver.ErrNotInitialized)
+			assert.ErrorIs(t, b.Reset(ctx, testkit.Compile(t, p), "u"), driver.ErrNotInitialized)
+			assert.ErrorIs(t, b.Ping(ctx), driver.ErrNotInitialized)
 			assert.Equal(t, Stats{}, b.Stats())
 
-			r, err := throttler.New(b, throttler.WithObserver(throttler.NopObserver{})).Allow(ctx, p, "u")
-			require.NoError(t, err)
-			assert.True(t, r.Degraded)
-			assert.ErrorIs(t, r.Err, ErrInvalidConfig)
+			if b != nil {
+				_, err := testkit.Throttler(t, b, throttler.WithLogger(nil)).Allow(ctx, p, "u")
+				assert.ErrorIs(t, err, throttler.ErrNotInitialized, "an error, never a silent allow")
+			} else {
+				_, err := throttler.New(b)
+				assert.ErrorIs(t, err, throttler.ErrNotInitialized)
+			}
 		})
 	}
 }
@@ -286,19 +291,20 @@ func TestConcurrentCostOneMatchesSerialDecisions(t *testing.T) {
 	p := mustPolicy(t, "ranks", "2/s, 7/min, 6/min gcra burst=4")
 	clock := throttler.NewManualClock(t0)
 	thrs := []*throttler.Throttler{
-		throttler.New(b1, throttler.WithClock(clock), throttler.WithTimeout(2*testTimeout)),
-		throttler.New(b2, throttler.WithClock(clock), throttler.WithTimeout(2*testTimeout)),
+		testkit.Throttler(t, b1, throttler.WithClock(clock), throttler.WithCallTimeout(2*testTimeout)),
+		testkit.Throttler(t, b2, throttler.WithClock(clock), throttler.WithCallTimeout(2*testTimeout)),
 	}
 	const goroutines, perGoroutine = 12, 2
-	reference := make([]throttler.State, p.Len())
+	dp := testkit.Compile(t, p)
+	reference := make([]driver.State, len(p.Limits()))
 	var totalAllowed int64
 	for round := range 6 {
 		now := t0.Add(time.Duration(round) * 2 * time.Second)
 		clock.Set(now)
 		var want int64
 		for range goroutines * perGoroutine {
-			if ok, next := throttler.Decide(p, now, 1, reference); ok {
-				reference, want = next, want+1
+			if driver.Decide(dp, now, 1, reference) {
+				want++
 			}
 		}
 		var allowed atomic.Int64
@@ -343,7 +349,7 @@ func TestEvictedCounterReopensLast(t *testing.T) {
 			}
 			p := mustPolicy(t, "evict", "10/min, "+hourly)
 			require.True(t, decideAt(t, b, p, t0).Allowed)
-			k := newKeys(b.prefix, p, "u")
+			k := newKeys(b.prefix, testkit.Compile(t, p), "u")
 			it, err := raw.Get(k.window(0))
 			require.NoError(t, err)
 			before := string(it.Value)
@@ -359,11 +365,11 @@ func TestEvictedCounterReopensLast(t *testing.T) {
 			if hourFull {
 				assert.False(t, out.Allowed)
 				assert.Equal(t, before, string(it.Value), "the window item is untouched")
-				assert.Equal(t, throttler.State{}, out.States[0])
+				assert.Equal(t, driver.State{}, out.States[0])
 				return
 			}
 			require.True(t, out.Allowed)
-			assert.Equal(t, throttler.State{Used: 1, End: now.Add(time.Minute).UnixMilli()}, out.States[0], "a fresh window")
+			assert.Equal(t, driver.State{Used: 1, End: now.Add(time.Minute).UnixMilli()}, out.States[0], "a fresh window")
 			assert.Equal(t, int64(2), out.States[1].Used)
 			assert.NotEqual(t, before, string(it.Value), "a new incarnation")
 		})
@@ -386,7 +392,7 @@ func TestOneOrderAtOneReading(t *testing.T) {
 	u := decideAt(t, b, p, now)
 	require.True(t, u.Allowed, "U opens the second window and fills the minute window")
 
-	k := newKeys(b.prefix, p, "u")
+	k := newKeys(b.prefix, testkit.Compile(t, p), "u")
 	it, err := raw.Get(k.window(0))
 	require.NoError(t, err)
 	second, ok := parseWindow(it.Value)
@@ -401,6 +407,6 @@ func TestOneOrderAtOneReading(t *testing.T) {
 	out := decideAt(t, b, p, now)
 	assert.False(t, out.Allowed)
 	assert.Equal(t, int64(1), heldAtDenial, "T was denied by the minute window before taking a unit of the second")
-	assert.Equal(t, throttler.State{Used: 1, End: now.Add(time.Second).UnixMilli()}, out.States[0])
+	assert.Equal(t, driver.State{Used: 1, End: now.Add(time.Second).UnixMilli()}, out.States[0])
 	assert.Equal(t, int64(2), out.States[1].Used)
 }

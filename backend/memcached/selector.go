@@ -1,8 +1,8 @@
-package memcached
+package memcachedbackend
 
 import (
-	"errors"
 	"fmt"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 	"net"
 	"strings"
 	"sync"
@@ -11,10 +11,6 @@ import (
 
 	"github.com/throttlekit/throttlekit/internal/hrw"
 )
-
-// ErrInvalidServer reports a server list a selector cannot use: an address
-// that does not resolve, or the same server listed twice.
-var ErrInvalidServer = errors.New("memcached: invalid server list")
 
 // RendezvousSelector is a gomemcache ServerSelector that places keys by
 // rendezvous (highest random weight) hashing: each server scores a key with
@@ -44,7 +40,7 @@ type rendezvousServer struct {
 }
 
 // NewRendezvousSelector returns a selector over servers ("host:port", or a
-// Unix socket path containing '/'). The error wraps ErrInvalidServer.
+// Unix socket path containing '/'). The error wraps driver.ErrInvalidOption.
 func NewRendezvousSelector(servers ...string) (*RendezvousSelector, error) {
 	s := new(RendezvousSelector)
 	if err := s.SetServers(servers...); err != nil {
@@ -53,7 +49,7 @@ func NewRendezvousSelector(servers ...string) (*RendezvousSelector, error) {
 	return s, nil
 }
 
-// SetServers replaces the server list. On error (wrapping ErrInvalidServer)
+// SetServers replaces the server list. On error (wrapping driver.ErrInvalidOption)
 // the list is left as it was. Keys held by servers that stay keep their
 // place unless a newcomer outscores it.
 func (s *RendezvousSelector) SetServers(servers ...string) error {
@@ -61,12 +57,12 @@ func (s *RendezvousSelector) SetServers(servers ...string) error {
 	seen := make(map[string]bool, len(servers))
 	for _, name := range servers {
 		if seen[name] {
-			return fmt.Errorf("%w: %q listed twice", ErrInvalidServer, name)
+			return fmt.Errorf("%w: %q listed twice", driver.ErrInvalidOption, name)
 		}
 		seen[name] = true
 		addr, err := resolve(name)
 		if err != nil {
-			return fmt.Errorf("%w: %q: %w", ErrInvalidServer, name, err)
+			return fmt.Errorf("%w: %q: %w", driver.ErrInvalidOption, name, err)
 		}
 		list = append(list, rendezvousServer{addr: addr, seed: hrw.Hash(name)})
 	}

@@ -1,14 +1,15 @@
-package memcached
+package memcachedbackend
 
 import (
 	"fmt"
+	"github.com/throttlekit/throttlekit/internal/testkit"
 	"net"
 	"testing"
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // placement returns, for each key, the server PickServer chose.
@@ -29,7 +30,7 @@ func subjectKeys(t *testing.T, n int) []string {
 	p := mustPolicy(t, "api", "10/s")
 	keys := make([]string, n)
 	for i := range keys {
-		keys[i] = newKeys(DefaultPrefix, p, fmt.Sprintf("user:%d", i)).window(0)
+		keys[i] = newKeys(DefaultPrefix, testkit.Compile(t, p), fmt.Sprintf("user:%d", i)).window(0)
 	}
 	return keys
 }
@@ -92,7 +93,7 @@ func TestRendezvousRoutesBySubject(t *testing.T) {
 	p := mustPolicy(t, "api", "10/s, 100/min aligned, 5/s gcra")
 	servers := map[string]bool{}
 	for i := range 200 {
-		k := newKeys(DefaultPrefix, p, fmt.Sprintf("user:%d", i))
+		k := newKeys(DefaultPrefix, testkit.Compile(t, p), fmt.Sprintf("user:%d", i))
 		all := []string{k.window(0), k.window(1), k.gcra(2),
 			k.counter(0, window{end: 1, token: "0123456789abcdef"}), k.counter(1, window{end: 2, token: "fedcba9876543210"})}
 		first, err := sel.PickServer(all[0])
@@ -115,9 +116,9 @@ func TestRendezvousRoutesBySubject(t *testing.T) {
 
 func TestRendezvousSelectorErrors(t *testing.T) {
 	_, err := NewRendezvousSelector("10.0.0.1:1", "10.0.0.1:1")
-	assert.ErrorIs(t, err, ErrInvalidServer)
+	assert.ErrorIs(t, err, driver.ErrInvalidOption)
 	_, err = NewRendezvousSelector("not an address")
-	assert.ErrorIs(t, err, ErrInvalidServer)
+	assert.ErrorIs(t, err, driver.ErrInvalidOption)
 
 	var empty RendezvousSelector
 	_, err = empty.PickServer("k")
@@ -129,7 +130,7 @@ func TestRendezvousSelectorErrors(t *testing.T) {
 	require.NoError(t, sel.Each(func(a net.Addr) error { seen = append(seen, a.Network()+" "+a.String()); return nil }))
 	assert.Equal(t, []string{"tcp 10.0.0.1:1", "unix /tmp/memcached.sock"}, seen)
 	// A failed SetServers leaves the list alone.
-	assert.ErrorIs(t, sel.SetServers("bad address"), ErrInvalidServer)
+	assert.ErrorIs(t, sel.SetServers("bad address"), driver.ErrInvalidOption)
 	a, err := sel.PickServer("x")
 	require.NoError(t, err)
 	assert.Contains(t, []string{"10.0.0.1:1", "/tmp/memcached.sock"}, a.String())
@@ -137,8 +138,8 @@ func TestRendezvousSelectorErrors(t *testing.T) {
 
 func TestRouteOf(t *testing.T) {
 	p := mustPolicy(t, "p", "1/s")
-	k := newKeys("tk", p, "a|b")
+	k := newKeys("tk", testkit.Compile(t, p), "a|b")
 	assert.Equal(t, "tk:p:a%7Cb", routeOf(k.window(0)), "a '|' in an identifier is escaped")
 	assert.Equal(t, "foreign-key", routeOf("foreign-key"))
-	assert.Equal(t, throttler.EscapeKey("|#"), "%7C%23")
+	assert.Equal(t, driver.EscapeKey("|#"), "%7C%23")
 }

@@ -1,23 +1,23 @@
-package memory_test
+package memorybackend_test
 
 import (
 	"context"
 	"testing"
 
-	"github.com/throttlekit/throttlekit/backend/memory"
+	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
 	"github.com/throttlekit/throttlekit/conformance"
-	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // harness shares one memory backend between every backend it makes, as
 // processes share one store.
-type harness struct{ b *memory.Backend }
+type harness struct{ b *memorybackend.Backend }
 
-func (h harness) MakeBackend(context.Context) (throttler.Backend, error) { return h.b, nil }
-func (h harness) Close()                                                 {}
+func (h harness) MakeBackend(context.Context) (driver.Backend, error) { return h.b, nil }
+func (h harness) Close()                                              {}
 
 func newHarness(context.Context, testing.TB) (conformance.Harness, error) {
-	return harness{memory.New()}, nil
+	return harness{memorybackend.New()}, nil
 }
 
 func TestConformance(t *testing.T) { conformance.Run(t, newHarness) }

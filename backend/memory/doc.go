@@ -1,10 +1,11 @@
-// Package memory is throttlekit's in-process backend: the reference
+// Package memorybackend (import path
+// github.com/throttlekit/throttlekit/backend/memory) is throttlekit's in-process backend: the reference
 // implementation that every other backend is compared with, and the embedded
 // default for a single process.
 //
 // # Guarantees
 //
-// Every decision calls throttler.Decide (and every refund throttler.Refund)
+// Every decision calls driver.Decide (and every refund driver.Refund)
 // on the identifier's states under one lock, so the backend is exact under
 // any concurrency: with cost 1, exactly Max requests are allowed per fixed
 // window, and GCRA never allows more than its formula. Identifiers are
@@ -13,9 +14,12 @@
 //
 // # Memory
 //
-// State is held per (policy name, identifier) pair. A pair whose every
-// window has closed (and every GCRA bucket refilled) is swept one second
-// later. That lifetime is measured in request time when the state is
+// State is held per (policy name, identifier) pair, one state per limit
+// key, so a policy redefined under the same name keeps the state of every
+// limit, including those the new definition drops. A pair whose every
+// window has closed (and every GCRA bucket refilled) is swept 30 seconds
+// later, the grace every backend keeps for clocks that differ between
+// hosts. That lifetime is measured in request time when the state is
 // stored (its window's end minus the request's now) and then counted on
 // the sweep clock, the wall clock unless WithSweepClock says otherwise, the
 // way a server counts a TTL: a request whose clock runs far ahead of the
@@ -32,4 +36,4 @@
 // count, which is the failure an evicting cache would have.
 //
 // Peeks, denials and refunds of absent state store nothing.
-package memory
+package memorybackend

@@ -1,18 +1,22 @@
-package memory_test
+package memorybackend_test
 
 import (
 	"context"
 	"fmt"
 	"time"
 
-	"github.com/throttlekit/throttlekit/backend/memory"
+	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
 	"github.com/throttlekit/throttlekit/throttler"
 )
 
 func Example() {
 	ctx := context.Background()
 	clock := throttler.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
-	th := throttler.New(memory.New(), throttler.WithClock(clock))
+	th, err := throttler.New(memorybackend.New(), throttler.WithClock(clock))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	policy, err := throttler.ParsePolicy("api", "3/min, 10/h")
 	if err != nil {
 		fmt.Println(err)

@@ -1,4 +1,4 @@
-package memory
+package memorybackend
 
 import (
 	"context"
@@ -9,42 +9,51 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // ErrFull reports that the backend holds its maximum number of identifiers
 // and none of them could be swept. The throttler applies the policy's
 // failure mode to the request that met it; identifiers already held keep
 // exact counts.
-var ErrFull = errors.New("memory: identifier limit reached")
-
-// ErrNotInitialized reports a Backend that was not built by New.
-var ErrNotInitialized = errors.New("memory: backend not built by New")
+var ErrFull = errors.New("memorybackend: identifier limit reached")
 
 const (
 	shardCount = 64
 	// minSweepInterval is the fewest inserts between two sweeps of a shard.
 	minSweepInterval = 64
 	// gracePeriod keeps state this long after it stops mattering, as stored
-	// TTLs do on the other backends, so a clock a little behind another
-	// never sees live state vanish.
-	gracePeriod = time.Second
+	// TTLs do on the other backends, so that a throttler whose clock is up
+	// to 30 s behind another's never sees live state vanish.
+	gracePeriod = 30 * time.Second
+	// sweepInterval is the shortest time between two sweeps of every shard.
+	sweepInterval = time.Second
 )
 
 var (
-	_ throttler.Backend  = (*Backend)(nil)
-	_ throttler.Refunder = (*Backend)(nil)
-	_ throttler.Resetter = (*Backend)(nil)
-	_ throttler.Pinger   = (*Backend)(nil)
+	_ driver.Backend     = (*Backend)(nil)
+	_ driver.Peeker      = (*Backend)(nil)
+	_ driver.Refunder    = (*Backend)(nil)
+	_ driver.Resetter    = (*Backend)(nil)
+	_ driver.Pinger      = (*Backend)(nil)
+	_ driver.Nonblocking = (*Backend)(nil)
 )
 
-// Backend is an in-process throttler.Backend. It is exact under any
+// Clock is where the backend reads the time its garbage collection runs on;
+// a throttler.Clock (such as *throttler.ManualClock) is one.
+type Clock interface{ Now() time.Time }
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
+
+// Backend is an in-process backend for a throttler. It is exact under any
 // concurrency: one identifier's states are read, decided and written under
 // one lock. The zero value is not usable; call New.
 type Backend struct {
 	seed   maphash.Seed
 	max    int64
-	sweep  throttler.Clock
+	sweep  Clock
 	held   atomic.Int64
 	swept  atomic.Int64 // sweep-clock time (Unix ms) of the last sweep of every shard
 	shards [shardCount]shard
@@ -59,9 +68,13 @@ type shard struct {
 // entryKey names one identifier under one policy.
 type entryKey struct{ policy, id string }
 
+// entry holds every limit state stored for one identifier under one policy
+// name, keyed by the limit's storage key. A policy redefined under the same
+// name finds the states of the limits it kept, and the states of the limits
+// it dropped stay as they were for the old definition.
 type entry struct {
-	keys   []string // the policy's limit keys, in the order of states
-	states []throttler.State
+	keys   []string
+	states []driver.State
 	// expires is when every state stops mattering, on the sweep clock
 	// (Unix ms).
 	expires int64
@@ -77,7 +90,7 @@ type Option func(*Backend)
 // clock, as a TTL is on a server, so a request whose clock runs far ahead
 // of the others cannot sweep their live state. Tests that move a
 // ManualClock and want sweeps to follow pass it here too.
-func WithSweepClock(c throttler.Clock) Option { return func(b *Backend) { b.sweep = c } }
+func WithSweepClock(c Clock) Option { return func(b *Backend) { b.sweep = c } }
 
 // WithMaxIdentifiers bounds how many (policy, identifier) pairs the backend
 // holds; 0, the default, means no bound. When the bound is reached, a
@@ -90,7 +103,7 @@ func WithMaxIdentifiers(n int) Option { return func(b *Backend) { b.max = int64(
 
 // New returns an empty Backend.
 func New(opts ...Option) *Backend {
-	b := &Backend{seed: maphash.MakeSeed(), sweep: throttler.SystemClock{}}
+	b := &Backend{seed: maphash.MakeSeed(), sweep: wallClock{}}
 	for i := range b.shards {
 		b.shards[i].entries = make(map[entryKey]*entry)
 	}
@@ -99,14 +112,14 @@ func New(opts ...Option) *Backend {
 		opt(b)
 	}
 	if b.sweep == nil {
-		b.sweep = throttler.SystemClock{}
+		b.sweep = wallClock{}
 	}
 	return b
 }
 
 func (b *Backend) ready() error {
 	if b == nil || b.sweep == nil {
-		return ErrNotInitialized
+		return fmt.Errorf("%w: memorybackend.Backend not built by New", driver.ErrNotInitialized)
 	}
 	return nil
 }
@@ -117,29 +130,58 @@ const neverSwept = -1 << 63
 // Len returns the number of (policy, identifier) pairs held, swept or not.
 func (b *Backend) Len() int { return int(b.held.Load()) }
 
-// Decide implements throttler.Backend.
-func (b *Backend) Decide(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
-	return b.update(ctx, req, func(states []throttler.State) (bool, []throttler.State) {
-		return throttler.Decide(req.Policy, req.Now, req.Cost, states)
+// Decide implements driver.Backend.
+func (b *Backend) Decide(ctx context.Context, req driver.Request) (driver.Outcome, error) {
+	return b.update(ctx, req, func(states []driver.State) bool {
+		return driver.Decide(req.Policy, req.Now, req.Cost, states)
 	})
 }
 
-// Refund implements throttler.Refunder.
-func (b *Backend) Refund(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
-	return b.update(ctx, req, func(states []throttler.State) (bool, []throttler.State) {
-		return true, throttler.Refund(req.Policy, req.Now, req.Cost, states)
+// Peek implements driver.Peeker: the states stored for the identifier,
+// read under its lock, changing nothing.
+func (b *Backend) Peek(ctx context.Context, req driver.Request) (driver.Outcome, error) {
+	if err := b.ready(); err != nil {
+		return driver.Outcome{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return driver.Outcome{}, err
+	}
+	if !req.Policy.Valid() {
+		return driver.Outcome{}, driver.ErrInvalidPolicy
+	}
+	key := entryKey{req.Policy.Name, req.Identifier}
+	states := req.States()[:len(req.Policy.Limits)]
+	clear(states)
+	sh := b.shardFor(key)
+	sh.mu.Lock()
+	if e := sh.entries[key]; e != nil {
+		e.load(req.Policy, states)
+	}
+	sh.mu.Unlock()
+	return driver.Outcome{Allowed: driver.Decide(req.Policy, req.Now, 0, states), States: states}, nil
+}
+
+// Nonblocking implements driver.Nonblocking: calls take a lock and never
+// wait on anything else.
+func (b *Backend) Nonblocking() bool { return true }
+
+// Refund implements driver.Refunder.
+func (b *Backend) Refund(ctx context.Context, req driver.Request) (driver.Outcome, error) {
+	return b.update(ctx, req, func(states []driver.State) bool {
+		driver.Refund(req.Policy, req.Now, req.Cost, states)
+		return true
 	})
 }
 
-// Reset implements throttler.Resetter.
-func (b *Backend) Reset(ctx context.Context, p *throttler.Policy, id string) error {
+// Reset implements driver.Resetter.
+func (b *Backend) Reset(ctx context.Context, p *driver.Policy, id string) error {
 	if err := b.ready(); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	key := entryKey{p.Name(), id}
+	key := entryKey{p.Name, id}
 	sh := b.shardFor(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -150,7 +192,7 @@ func (b *Backend) Reset(ctx context.Context, p *throttler.Policy, id string) err
 	return nil
 }
 
-// Ping implements throttler.Pinger; an in-process store is always reachable.
+// Ping implements driver.Pinger; an in-process store is always reachable.
 func (b *Backend) Ping(ctx context.Context) error {
 	if err := b.ready(); err != nil {
 		return err
@@ -160,18 +202,17 @@ func (b *Backend) Ping(ctx context.Context) error {
 
 // update applies step to the identifier's states under the shard lock and
 // stores the result when it changed anything.
-func (b *Backend) update(ctx context.Context, req throttler.Request,
-	step func([]throttler.State) (bool, []throttler.State)) (throttler.Outcome, error) {
+func (b *Backend) update(ctx context.Context, req driver.Request, step func([]driver.State) bool) (driver.Outcome, error) {
 	if err := b.ready(); err != nil {
-		return throttler.Outcome{}, err
+		return driver.Outcome{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return throttler.Outcome{}, err
+		return driver.Outcome{}, err
 	}
-	if req.Policy == nil || req.Policy.Len() == 0 {
-		return throttler.Outcome{}, throttler.ErrInvalidPolicy
+	if !req.Policy.Valid() {
+		return driver.Outcome{}, driver.ErrInvalidPolicy
 	}
-	key := entryKey{req.Policy.Name(), req.Identifier}
+	key := entryKey{req.Policy.Name, req.Identifier}
 	out, needsRoom := b.tryUpdate(key, req, step)
 	if !needsRoom {
 		return out, nil
@@ -181,31 +222,30 @@ func (b *Backend) update(ctx context.Context, req throttler.Request,
 			return out, nil
 		}
 	}
-	return throttler.Outcome{}, fmt.Errorf("%w: %d pairs held", ErrFull, b.held.Load())
+	return driver.Outcome{}, fmt.Errorf("%w: %d pairs held", ErrFull, b.held.Load())
 }
 
 // tryUpdate reports needsRoom when the update must store a new pair and the
 // backend is full.
-func (b *Backend) tryUpdate(key entryKey, req throttler.Request,
-	step func([]throttler.State) (bool, []throttler.State)) (out throttler.Outcome, needsRoom bool) {
+func (b *Backend) tryUpdate(key entryKey, req driver.Request, step func([]driver.State) bool) (out driver.Outcome, needsRoom bool) {
 	p := req.Policy
+	states := req.States()[:len(p.Limits)]
+	clear(states)
 	sh := b.shardFor(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.entries[key]
-	var states []throttler.State
 	if e != nil {
-		states = e.statesFor(p)
-	} else {
-		states = make([]throttler.State, p.Len())
+		e.load(p, states)
 	}
-	allowed, next := step(states)
-	if !changed(states, next) {
-		return throttler.Outcome{Allowed: allowed, States: next}, false
+	before := append(make([]driver.State, 0, 8), states...)
+	allowed := step(states)
+	if !changed(before, states) {
+		return driver.Outcome{Allowed: allowed, States: states}, false
 	}
 	if e == nil {
 		if b.max > 0 && b.held.Load() >= b.max {
-			return throttler.Outcome{}, true
+			return driver.Outcome{}, true
 		}
 		// Sweep before inserting: the new entry has no expiry yet, and a
 		// sweep after the insert would delete it.
@@ -217,8 +257,8 @@ func (b *Backend) tryUpdate(key entryKey, req throttler.Request,
 		sh.entries[key] = e
 		b.held.Add(1)
 	}
-	e.store(p, next, req.Now, b.sweep.Now())
-	return throttler.Outcome{Allowed: allowed, States: next}, false
+	e.store(p, states, req.Now, b.sweep)
+	return driver.Outcome{Allowed: allowed, States: states}, false
 }
 
 // sweepAll sweeps every shard, at most once per second of the sweep clock.
@@ -226,7 +266,7 @@ func (b *Backend) tryUpdate(key entryKey, req throttler.Request,
 func (b *Backend) sweepAll() bool {
 	nowMs := b.sweep.Now().UnixMilli()
 	last := b.swept.Load()
-	recent := last != neverSwept && nowMs >= last && nowMs-last < gracePeriod.Milliseconds()
+	recent := last != neverSwept && nowMs >= last && nowMs-last < sweepInterval.Milliseconds()
 	if recent || !b.swept.CompareAndSwap(last, nowMs) {
 		return false
 	}
@@ -256,57 +296,67 @@ func (b *Backend) shardFor(k entryKey) *shard {
 	return &b.shards[maphash.String(b.seed, k.id)%shardCount]
 }
 
-// statesFor returns the entry's states in the order of p's limits. A policy
-// redefined under the same name keeps the state of the limits it kept.
-func (e *entry) statesFor(p *throttler.Policy) []throttler.State {
-	states := make([]throttler.State, p.Len())
-	if len(e.keys) == p.Len() {
-		same := true
-		for i := range e.keys {
-			if e.keys[i] != p.LimitKey(i) {
-				same = false
+// load copies the entry's state of each of p's limits into states.
+func (e *entry) load(p *driver.Policy, states []driver.State) {
+	for i := range p.Limits {
+		if i < len(e.keys) && e.keys[i] == p.Limits[i].Key {
+			states[i] = e.states[i] // the common case: the same definition
+			continue
+		}
+		for j, k := range e.keys {
+			if k == p.Limits[i].Key {
+				states[i] = e.states[j]
 				break
 			}
 		}
-		if same {
-			copy(states, e.states)
-			return states
-		}
 	}
-	for i := range states {
-		for j, k := range e.keys {
-			if k == p.LimitKey(i) {
-				states[i] = e.states[j]
+}
+
+// store records the states of p's limits decided at reqNow, keeping the
+// states of limits p does not have, and extends the moment every state
+// stops mattering, on the sweep clock. That clock is read only when a
+// state's end moves (a window opens, a GCRA state advances), not on every
+// decision within an open window.
+func (e *entry) store(p *driver.Policy, states []driver.State, reqNow time.Time, sweep Clock) {
+	reqMs := reqNow.UnixMilli()
+	sweepMs := int64(0)
+	for i := range p.Limits {
+		l := &p.Limits[i]
+		j := -1
+		if i < len(e.keys) && e.keys[i] == l.Key {
+			j = i
+		} else {
+			for k, key := range e.keys {
+				if key == l.Key {
+					j = k
+					break
+				}
 			}
 		}
-	}
-	return states
-}
-
-// store records states decided at reqNow, and when they stop mattering on
-// the sweep clock, whose reading is sweepNow.
-func (e *entry) store(p *throttler.Policy, states []throttler.State, reqNow, sweepNow time.Time) {
-	if len(e.keys) != p.Len() {
-		e.keys = make([]string, p.Len())
-	}
-	for i := range e.keys {
-		e.keys[i] = p.LimitKey(i)
-	}
-	e.states = states
-	// The longest remaining life of any state, in request time.
-	var life int64
-	reqMs := reqNow.UnixMilli()
-	for i, s := range states {
-		end := s.End
-		if p.Limit(i).Algorithm == throttler.GCRA {
-			end = (s.End + 999) / 1000 // the TAT is in microseconds
+		if j < 0 {
+			e.keys = append(e.keys, l.Key)
+			e.states = append(e.states, driver.State{})
+			j = len(e.keys) - 1
 		}
-		life = max(life, end-reqMs)
+		moved := e.states[j].End != states[i].End
+		e.states[j] = states[i]
+		if !moved && e.expires != 0 {
+			continue
+		}
+		end := states[i].End
+		if l.Algorithm == driver.GCRA {
+			end = (end + 999) / 1000 // the TAT is in microseconds
+		}
+		if sweepMs == 0 {
+			sweepMs = sweep.Now().UnixMilli()
+		}
+		// The remaining life of this state, in request time, counted from
+		// now on the sweep clock.
+		e.expires = max(e.expires, sweepMs+end-reqMs)
 	}
-	e.expires = sweepNow.UnixMilli() + life
 }
 
-func changed(a, b []throttler.State) bool {
+func changed(a, b []driver.State) bool {
 	for i := range a {
 		if a[i] != b[i] {
 			return true

@@ -1,4 +1,4 @@
-package memory_test
+package memorybackend_test
 
 import (
 	"context"
@@ -10,26 +10,29 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttlekit/throttlekit/backend/memory"
+	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
+	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
-var t0 = time.Date(2030, 1, 2, 3, 4, 5, 678_000_000, time.UTC)
+var t0 = testkit.T0
 
-func newThrottler(b throttler.Backend, clock throttler.Clock, events *[]throttler.Event) *throttler.Throttler {
-	return throttler.New(b, throttler.WithClock(clock), throttler.WithObserver(throttler.ObserverFunc(func(e throttler.Event) {
-		if events != nil {
-			*events = append(*events, e)
-		}
-	})))
+func newThrottler(t *testing.T, b driver.Backend, clock throttler.Clock, events *[]throttler.Event) *throttler.Throttler {
+	return testkit.Throttler(t, b, throttler.WithClock(clock), throttler.WithLogger(nil),
+		throttler.WithObserver(throttler.ObserverFunc(func(_ context.Context, e throttler.Event) {
+			if events != nil {
+				*events = append(*events, e)
+			}
+		})))
 }
 
 func TestMaxIdentifiersFailsNewcomersOnly(t *testing.T) {
 	ctx := context.Background()
 	clock := throttler.NewManualClock(t0)
-	b := memory.New(memory.WithMaxIdentifiers(3), memory.WithSweepClock(clock))
+	b := memorybackend.New(memorybackend.WithMaxIdentifiers(3), memorybackend.WithSweepClock(clock))
 	var events []throttler.Event
-	th := newThrottler(b, clock, &events)
+	th := newThrottler(t, b, clock, &events)
 	p, err := throttler.ParsePolicy("api", "2/min", throttler.WithFailureMode(throttler.FailClosed))
 	require.NoError(t, err)
 
@@ -46,10 +49,10 @@ func TestMaxIdentifiersFailsNewcomersOnly(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, r.Degraded)
 	assert.False(t, r.Allowed, "fail closed")
-	assert.ErrorIs(t, r.Err, memory.ErrFull)
+	assert.ErrorIs(t, r.Err, memorybackend.ErrFull)
 	assert.ErrorIs(t, r.Err, throttler.ErrBackend)
 	require.NotEmpty(t, events)
-	assert.ErrorIs(t, events[len(events)-1].Err, memory.ErrFull, "the observer hears of it")
+	assert.ErrorIs(t, events[len(events)-1].Err, memorybackend.ErrFull, "the observer hears of it")
 
 	// Identifiers already held keep exact counts.
 	r, err = th.Allow(ctx, p, "id0")
@@ -67,9 +70,9 @@ func TestMaxIdentifiersFailsNewcomersOnly(t *testing.T) {
 	assert.False(t, r.Degraded)
 	assert.Equal(t, int64(2), r.Remaining)
 
-	// Once the windows have closed (plus the grace second), the sweep makes
+	// Once the windows have closed (plus the 30 s grace), the sweep makes
 	// room and the newcomer is served exactly.
-	clock.Advance(time.Minute + time.Second)
+	clock.Advance(time.Minute + 30*time.Second)
 	r, err = th.Allow(ctx, p, "newcomer")
 	require.NoError(t, err)
 	assert.False(t, r.Degraded)
@@ -78,11 +81,11 @@ func TestMaxIdentifiersFailsNewcomersOnly(t *testing.T) {
 	assert.Equal(t, 1, b.Len(), "the three closed pairs were swept")
 }
 
-func TestSweepKeepsLiveStateAndGraceSecond(t *testing.T) {
+func TestSweepKeepsLiveStateAndGrace(t *testing.T) {
 	ctx := context.Background()
 	clock := throttler.NewManualClock(t0)
-	b := memory.New(memory.WithSweepClock(clock))
-	th := newThrottler(b, clock, nil)
+	b := memorybackend.New(memorybackend.WithSweepClock(clock))
+	th := newThrottler(t, b, clock, nil)
 	short, err := throttler.ParsePolicy("short", "5/s")
 	require.NoError(t, err)
 	long, err := throttler.ParsePolicy("long", "5/h")
@@ -94,7 +97,7 @@ func TestSweepKeepsLiveStateAndGraceSecond(t *testing.T) {
 	for i := 0; i < 10000; i++ {
 		_, err := th.Allow(ctx, short, fmt.Sprint("burst", i))
 		require.NoError(t, err)
-		clock.Advance(5 * time.Millisecond)
+		clock.Advance(20 * time.Millisecond) // 200 s in all; a state lives its second plus 30 s of grace
 	}
 	// A shard sweeps after max(64, half its size) inserts, so at most 64
 	// swept-to-be pairs per shard linger beside the live ones.
@@ -107,8 +110,8 @@ func TestSweepKeepsLiveStateAndGraceSecond(t *testing.T) {
 func TestRedefinedPolicyKeepsSharedLimits(t *testing.T) {
 	ctx := context.Background()
 	clock := throttler.NewManualClock(t0)
-	th := newThrottler(memory.New(), clock, nil)
-	v1, err := throttler.NewPolicy("api", []throttler.Limit{throttler.PerMinute(10).Named("minute")})
+	th := newThrottler(t, memorybackend.New(), clock, nil)
+	v1, err := throttler.NewPolicy("api", []throttler.Limit{{Name: "minute", Max: 10, Window: time.Minute}})
 	require.NoError(t, err)
 	for i := 0; i < 4; i++ {
 		_, err := th.Allow(ctx, v1, "u")
@@ -117,7 +120,7 @@ func TestRedefinedPolicyKeepsSharedLimits(t *testing.T) {
 	// The same policy name, the minute limit raised, an hour limit added:
 	// the minute window and its count carry over; the new limit starts fresh.
 	v2, err := throttler.NewPolicy("api", []throttler.Limit{
-		throttler.PerHour(100).Named("hour"), throttler.PerMinute(20).Named("minute")})
+		{Name: "hour", Max: 100, Window: time.Hour}, {Name: "minute", Max: 20, Window: time.Minute}})
 	require.NoError(t, err)
 	r, err := th.Allow(ctx, v2, "u")
 	require.NoError(t, err)
@@ -127,16 +130,37 @@ func TestRedefinedPolicyKeepsSharedLimits(t *testing.T) {
 	assert.Equal(t, t0.Add(time.Minute).Truncate(time.Millisecond), r.Limits[1].ResetAt)
 }
 
+// TestRedefinedPolicyKeepsDroppedLimits: a policy redefined without one of
+// its limits leaves that limit's state as it was, for the old definition.
+func TestRedefinedPolicyKeepsDroppedLimits(t *testing.T) {
+	ctx := context.Background()
+	clock := throttler.NewManualClock(t0)
+	th := newThrottler(t, memorybackend.New(), clock, nil)
+	both := testkit.Policy(t, "api", "3/min, 100/h")
+	hourOnly := testkit.Policy(t, "api", "100/h")
+	for i := 0; i < 3; i++ {
+		r, err := th.Allow(ctx, both, "u")
+		require.NoError(t, err)
+		require.True(t, r.Allowed)
+	}
+	r, err := th.Allow(ctx, hourOnly, "u")
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), r.Used)
+	r, err = th.Allow(ctx, both, "u")
+	require.NoError(t, err)
+	assert.False(t, r.Allowed, "the minute limit is still spent")
+	assert.Equal(t, int64(4), r.Limits[1].Used)
+}
+
 func TestCanceledContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	b := memory.New()
-	p, err := throttler.ParsePolicy("api", "1/s")
-	require.NoError(t, err)
-	_, err = b.Decide(ctx, throttler.Request{Policy: p, Identifier: "x", Cost: 1, Now: t0})
+	b := memorybackend.New()
+	p := testkit.Policy(t, "api", "1/s")
+	_, err := b.Decide(ctx, driver.Request{Policy: testkit.Compile(t, p), Identifier: "x", Cost: 1, Now: t0})
 	assert.True(t, errors.Is(err, context.Canceled))
 	// Through the throttler, the caller's own cancellation is returned as is.
-	_, err = newThrottler(b, throttler.NewManualClock(t0), nil).Allow(ctx, p, "x")
+	_, err = newThrottler(t, b, throttler.NewManualClock(t0), nil).Allow(ctx, p, "x")
 	assert.ErrorIs(t, err, context.Canceled)
 }
 
@@ -145,8 +169,8 @@ func TestCanceledContext(t *testing.T) {
 func TestSweepNeverLosesTheInsertingRequest(t *testing.T) {
 	ctx := context.Background()
 	clock := throttler.NewManualClock(t0)
-	b := memory.New()
-	th := newThrottler(b, clock, nil)
+	b := memorybackend.New()
+	th := newThrottler(t, b, clock, nil)
 	p, err := throttler.ParsePolicy("api", "5/min")
 	require.NoError(t, err)
 	const n = 10000
@@ -171,11 +195,11 @@ func TestSweepNeverLosesTheInsertingRequest(t *testing.T) {
 // window, on the same backend, survives it with its count and its end.
 func TestClockAheadCannotSweepLiveState(t *testing.T) {
 	ctx := context.Background()
-	b := memory.New()
+	b := memorybackend.New()
 	p, err := throttler.ParsePolicy("api", "3/min")
 	require.NoError(t, err)
-	onTime := newThrottler(b, throttler.NewManualClock(t0), nil)
-	ahead := newThrottler(b, throttler.NewManualClock(t0.Add(10*time.Minute)), nil)
+	onTime := newThrottler(t, b, throttler.NewManualClock(t0), nil)
+	ahead := newThrottler(t, b, throttler.NewManualClock(t0.Add(10*time.Minute)), nil)
 	var first throttler.Result
 	for i := 0; i < 3; i++ {
 		first, err = onTime.Allow(ctx, p, "victim")
@@ -192,18 +216,19 @@ func TestClockAheadCannotSweepLiveState(t *testing.T) {
 }
 
 func TestZeroBackendFailsWithoutPanicking(t *testing.T) {
-	var b memory.Backend
-	p, err := throttler.ParsePolicy("api", "3/min")
-	require.NoError(t, err)
-	req := throttler.Request{Policy: p, Identifier: "x", Cost: 1, Now: t0}
-	_, err = b.Decide(context.Background(), req)
-	assert.ErrorIs(t, err, memory.ErrNotInitialized)
+	var b memorybackend.Backend
+	p := testkit.Policy(t, "api", "3/min")
+	req := driver.Request{Policy: testkit.Compile(t, p), Identifier: "x", Cost: 1, Now: t0}
+	_, err := b.Decide(context.Background(), req)
+	assert.ErrorIs(t, err, driver.ErrNotInitialized)
 	_, err = b.Refund(context.Background(), req)
-	assert.ErrorIs(t, err, memory.ErrNotInitialized)
-	assert.ErrorIs(t, b.Reset(context.Background(), p, "x"), memory.ErrNotInitialized)
-	assert.ErrorIs(t, b.Ping(context.Background()), memory.ErrNotInitialized)
-	r, err := throttler.New(&b).Allow(context.Background(), p, "x")
-	require.NoError(t, err)
-	assert.True(t, r.Degraded)
-	assert.ErrorIs(t, r.Err, memory.ErrNotInitialized)
+	assert.ErrorIs(t, err, driver.ErrNotInitialized)
+	assert.ErrorIs(t, b.Reset(context.Background(), req.Policy, "x"), driver.ErrNotInitialized)
+	assert.ErrorIs(t, b.Ping(context.Background()), driver.ErrNotInitialized)
+	// Through a throttler it is an error, never a silent allow.
+	_, err = testkit.Throttler(t, &b).Allow(context.Background(), p, "x")
+	assert.ErrorIs(t, err, throttler.ErrNotInitialized)
+	var nilBackend *memorybackend.Backend
+	_, err = throttler.New(nilBackend)
+	assert.ErrorIs(t, err, throttler.ErrNotInitialized)
 }

@@ -1,4 +1,4 @@
-package redis_test
+package redisbackend_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/throttlekit/throttlekit/backend/redis"
+	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
 	"github.com/throttlekit/throttlekit/conformance"
 	"github.com/throttlekit/throttlekit/internal/localserver"
 )
@@ -41,9 +41,9 @@ func BenchmarkConformance(b *testing.B) {
 		timeout bool
 	}{{"plain", true}, {"plain-detached", false}} {
 		b.Run(variant.name, func(b *testing.B) {
-			conformance.RunBenchmarks(b, harnessMaker(func(tb testing.TB) func() (redis.Client, func() error) {
+			conformance.RunBenchmarks(b, harnessMaker(func(tb testing.TB) func() (redisbackend.Client, func() error) {
 				addr := benchRedis(tb).Addr()
-				return func() (redis.Client, func() error) {
+				return func() (redisbackend.Client, func() error) {
 					c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: variant.timeout})
 					return c, c.Close
 				}
@@ -51,9 +51,9 @@ func BenchmarkConformance(b *testing.B) {
 		})
 	}
 	b.Run("autopipeline", func(b *testing.B) {
-		conformance.RunBenchmarks(b, harnessMaker(func(tb testing.TB) func() (redis.Client, func() error) {
+		conformance.RunBenchmarks(b, harnessMaker(func(tb testing.TB) func() (redisbackend.Client, func() error) {
 			addr := benchRedis(tb).Addr()
-			return func() (redis.Client, func() error) {
+			return func() (redisbackend.Client, func() error) {
 				c := goredis.NewClient(&goredis.Options{Addr: addr})
 				ap, err := c.AutoPipeline()
 				if err != nil {

@@ -1,8 +1,9 @@
-package redis_test
+package redisbackend_test
 
 import (
 	"context"
 	"fmt"
+	"github.com/throttlekit/throttlekit/internal/testkit"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -12,8 +13,9 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttlekit/throttlekit/backend/redis"
+	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // The Lua scripts mirror throttler.Decide and throttler.Refund line for
@@ -27,26 +29,28 @@ import (
 func TestScriptsMirrorGo(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, standalone(t).primary.Addr())
-	b := mustBackend(t, c, redis.WithPrefix(newPrefix()))
+	b := mustBackend(t, c, redisbackend.WithPrefix(newPrefix()))
 	rng := rand.New(rand.NewPCG(20300102, 30405))
 	const sequences, steps = 500, 40
 	deadline := time.Now().Add(60 * time.Second)
 	for seq := 0; seq < sequences && time.Now().Before(deadline); seq++ {
 		p := randomPolicy(t, rng, seq)
+		dp := testkit.Compile(t, p)
 		id := fmt.Sprint("seq:", seq)
-		keys := b.Keys(p, id)
-		model := make([]throttler.State, p.Len())
+		keys := b.Keys(dp, id)
+		model := make([]driver.State, len(dp.Limits))
 		now := randomStart(rng)
 		var trail []string // what happened so far, for the failure message
 		for step := range steps {
-			req := throttler.Request{Policy: p, Identifier: id, Now: now}
+			req := driver.Request{Policy: dp, Identifier: id, Now: now}
 			switch op := rng.IntN(10); {
 			case op < 6:
-				req.Cost = randomCost(rng, p)
+				req.Cost = randomCost(rng, dp)
 				trail = append(trail, fmt.Sprintf("decide %d at %d µs", req.Cost, now.UnixMicro()))
 				out, err := b.Decide(ctx, req)
 				require.NoError(t, err, "%s\n%s", p, strings.Join(trail, "\n"))
-				allowed, next := throttler.Decide(p, now, req.Cost, model)
+				next := append([]driver.State(nil), model...)
+				allowed := driver.Decide(dp, now, req.Cost, next)
 				require.Equal(t, allowed, out.Allowed, "%s\n%s", p, strings.Join(trail, "\n"))
 				require.Equal(t, next, out.States, "%s\n%s", p, strings.Join(trail, "\n"))
 				model = next
@@ -55,23 +59,24 @@ func TestScriptsMirrorGo(t *testing.T) {
 				trail = append(trail, fmt.Sprintf("refund %d at %d µs", req.Cost, now.UnixMicro()))
 				out, err := b.Refund(ctx, req)
 				require.NoError(t, err, "%s\n%s", p, strings.Join(trail, "\n"))
-				next := throttler.Refund(p, now, req.Cost, model)
+				next := append([]driver.State(nil), model...)
+				driver.Refund(dp, now, req.Cost, next)
 				require.True(t, out.Allowed)
 				require.Equal(t, next, out.States, "%s\n%s", p, strings.Join(trail, "\n"))
 				model = next
 			default:
-				req.Cost = randomCost(rng, p)
+				req.Cost = randomCost(rng, dp)
 				trail = append(trail, fmt.Sprintf("peek %d at %d µs", req.Cost, now.UnixMicro()))
 				out, err := b.Peek(ctx, req)
 				require.NoError(t, err, "%s\n%s", p, strings.Join(trail, "\n"))
-				allowed, _ := throttler.Decide(p, now, req.Cost, model)
+				allowed := driver.Decide(dp, now, req.Cost, append([]driver.State(nil), model...))
 				require.Equal(t, allowed, out.Allowed, "%s\n%s", p, strings.Join(trail, "\n"))
 				require.Equal(t, model, out.States, "%s\n%s", p, strings.Join(trail, "\n"))
 			}
 			if step%8 == 7 {
 				require.Equal(t, model, storedStates(t, c, keys), "%s\n%s", p, strings.Join(trail, "\n"))
 			}
-			now = nextNow(rng, p, now)
+			now = nextNow(rng, dp, now)
 		}
 		require.Equal(t, model, storedStates(t, c, keys), "%s\n%s", p, strings.Join(trail, "\n"))
 	}
@@ -79,9 +84,9 @@ func TestScriptsMirrorGo(t *testing.T) {
 
 // storedStates reads the keys as the scripts stored them; an absent key is
 // the zero State.
-func storedStates(t *testing.T, c *goredis.Client, keys []string) []throttler.State {
+func storedStates(t *testing.T, c *goredis.Client, keys []string) []driver.State {
 	t.Helper()
-	states := make([]throttler.State, len(keys))
+	states := make([]driver.State, len(keys))
 	for i, k := range keys {
 		v, err := c.Get(context.Background(), k).Result()
 		if err != nil {
@@ -100,9 +105,9 @@ func storedStates(t *testing.T, c *goredis.Client, keys []string) []throttler.St
 }
 
 func randomPolicy(t *testing.T, rng *rand.Rand, seq int) *throttler.Policy {
-	maxes := []int64{1, 2, 3, 5, 10, 100, 1000, 1_000_000, throttler.MaxQuota}
+	maxes := []int64{1, 2, 3, 5, 10, 100, 1000, 1_000_000, driver.MaxQuota}
 	windows := []time.Duration{time.Millisecond, 7 * time.Millisecond, time.Second, 1500 * time.Millisecond,
-		time.Minute, time.Hour, 24 * time.Hour, throttler.MaxWindow}
+		time.Minute, time.Hour, 24 * time.Hour, driver.MaxWindow}
 	for {
 		n := 1 + rng.IntN(3)
 		limits := make([]throttler.Limit, n)
@@ -117,7 +122,7 @@ func randomPolicy(t *testing.T, rng *rand.Rand, seq int) *throttler.Policy {
 				l.Max = 1 + rng.Int64N(50)
 			}
 			if rng.IntN(4) == 0 {
-				l.Window = time.Duration(1+rng.Int64N(int64(throttler.MaxWindow/time.Millisecond))) * time.Millisecond
+				l.Window = time.Duration(1+rng.Int64N(int64(driver.MaxWindow/time.Millisecond))) * time.Millisecond
 			}
 			if l.Algorithm == throttler.GCRA && rng.IntN(2) == 0 {
 				l.Burst = 1 + rng.Int64N(2*l.Max)
@@ -144,12 +149,12 @@ func randomStart(rng *rand.Rand) time.Time {
 	}
 }
 
-func randomCost(rng *rand.Rand, p *throttler.Policy) int64 {
+func randomCost(rng *rand.Rand, p *driver.Policy) int64 {
 	switch rng.IntN(10) {
 	case 0:
 		return 0
 	case 1: // around the smallest capacity, beyond it included
-		c := p.Limit(0).Max
+		c := p.Limits[0].Max
 		return c + rng.Int64N(3) - 1
 	case 2:
 		return rng.Int64N(10)
@@ -169,8 +174,8 @@ func randomRefund(rng *rand.Rand) int64 {
 	}
 }
 
-func nextNow(rng *rand.Rand, p *throttler.Policy, now time.Time) time.Time {
-	w := p.Limit(rng.IntN(p.Len())).Window
+func nextNow(rng *rand.Rand, p *driver.Policy, now time.Time) time.Time {
+	w := p.Limits[rng.IntN(len(p.Limits))].Window
 	switch rng.IntN(10) {
 	case 0: // backwards
 		return now.Add(-time.Duration(rng.Int64N(int64(w))))

@@ -38,7 +38,7 @@
 // # Timeouts
 //
 // Every call returns by its context's deadline, which the throttler sets
-// from its per-call timeout (throttler.DefaultTimeout, 100 ms), so a
+// from its per-call timeout (throttler.DefaultCallTimeout, 100 ms), so a
 // stopped or hung server costs a caller at most that timeout, on every
 // client. How the backend keeps that promise depends on the client.
 //
@@ -101,7 +101,7 @@
 //	throttlekit:{user%3A42}:api:5000%2Fh:fixed:3600000
 //
 // The prefix is DefaultPrefix unless WithPrefix says otherwise, and holds no
-// brace. The identifier is escaped with throttler.EscapeKey, whose output
+// brace. The identifier is escaped with driver.EscapeKey, whose output
 // holds only letters, digits, '-', '.', '_' and '%XX' escapes, so the braces
 // around it are the key's hash tag: all of an identifier's keys land in one
 // cluster slot, whatever bytes it holds, and no identifier can move its keys
@@ -134,7 +134,7 @@
 // states and verdicts. Every read and
 // check comes before the first write, and the scripts carry a shebang, so
 // Redis refuses them up front when out of memory: a decision is all or
-// nothing. Lua numbers are doubles, exact below 2^53: throttler.MaxQuota
+// nothing. Lua numbers are doubles, exact below 2^53: driver.MaxQuota
 // and the window bounds keep every count far below that, and a request
 // whose now lies outside the years 1700 to 2240 or so, where microseconds
 // would not be exact, is refused with ErrTimeOutOfRange.
@@ -157,4 +157,4 @@
 // shape (ErrUnexpectedReply, as a proxy might send) is returned as an
 // error, never as a verdict and never as a panic; the throttler then
 // applies the policy's failure mode and marks the result degraded.
-package redis
+package redisbackend

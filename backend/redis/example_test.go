@@ -1,4 +1,4 @@
-package redis_test
+package redisbackend_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/throttlekit/throttlekit/backend/redis"
+	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
 	"github.com/throttlekit/throttlekit/throttler"
 )
 
@@ -18,11 +18,14 @@ import (
 func Example() {
 	rdb := goredis.NewClient(&goredis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	backend, err := redis.New(rdb, redis.WithPrefix("myapp:"))
+	backend, err := redisbackend.New(rdb, redisbackend.WithPrefix("myapp:"))
 	if err != nil {
 		log.Fatal(err)
 	}
-	th := throttler.New(backend)
+	th, err := throttler.New(backend)
+	if err != nil {
+		log.Fatal(err)
+	}
 	policy, err := throttler.ParsePolicy("api", "10/s, 5000/h")
 	if err != nil {
 		log.Fatal(err)
@@ -45,11 +48,14 @@ func ExampleWithReadClient() {
 	defer primaries.Close()
 	replicas := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ReadOnly: true, ContextTimeoutEnabled: true})
 	defer replicas.Close()
-	backend, err := redis.New(primaries, redis.WithReadClient(replicas))
+	backend, err := redisbackend.New(primaries, redisbackend.WithReadClient(replicas))
 	if err != nil {
 		log.Fatal(err)
 	}
-	th := throttler.New(backend)
+	th, err := throttler.New(backend)
+	if err != nil {
+		log.Fatal(err)
+	}
 	policy, err := throttler.ParsePolicy("api", "5000/h")
 	if err != nil {
 		log.Fatal(err)
@@ -69,9 +75,11 @@ func ExampleNew_autoPipeline() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	backend, err := redis.New(ap)
+	backend, err := redisbackend.New(ap)
 	if err != nil {
 		log.Fatal(err)
 	}
-	_ = throttler.New(backend)
+	if _, err := throttler.New(backend); err != nil {
+		log.Fatal(err)
+	}
 }

@@ -1,4 +1,4 @@
-package redis
+package redisbackend
 
 // ParseReply exposes parseReply to the external tests, which feed it the
 // replies a proxy or an incompatible server might send.

@@ -1,8 +1,9 @@
-package redis_test
+package redisbackend_test
 
 import (
 	"context"
 	"fmt"
+	"github.com/throttlekit/throttlekit/internal/testkit"
 	"strings"
 	"sync"
 	"testing"
@@ -12,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttlekit/throttlekit/backend/redis"
+	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
 	"github.com/throttlekit/throttlekit/throttler"
 )
 
@@ -23,11 +24,11 @@ import (
 func TestResetAtNeverWobbles(t *testing.T) {
 	for _, kind := range []struct {
 		name   string
-		client func(t *testing.T) redis.Client
+		client func(t *testing.T) redisbackend.Client
 	}{
-		{"standalone", func(t *testing.T) redis.Client { return newClient(t, standalone(t).primary.Addr()) }},
-		{"cluster", func(t *testing.T) redis.Client { return newClusterClient(t, cluster(t), false) }},
-		{"autopipeline", func(t *testing.T) redis.Client {
+		{"standalone", func(t *testing.T) redisbackend.Client { return newClient(t, standalone(t).primary.Addr()) }},
+		{"cluster", func(t *testing.T) redisbackend.Client { return newClusterClient(t, cluster(t), false) }},
+		{"autopipeline", func(t *testing.T) redisbackend.Client {
 			return newAutoPipeliner(t, newClient(t, standalone(t).primary.Addr()))
 		}},
 	} {
@@ -44,7 +45,7 @@ func TestResetAtNeverWobbles(t *testing.T) {
 			var wg sync.WaitGroup
 			for i, clock := range clocks {
 				// Each throttler has its own client, as another host would.
-				th := quiet(mustBackend(t, kind.client(t), redis.WithPrefix(prefix)), clock)
+				th := quiet(t, mustBackend(t, kind.client(t), redisbackend.WithPrefix(prefix)), clock)
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -87,9 +88,9 @@ func TestReplicaPeekIgnoresClosedWindows(t *testing.T) {
 	ctx := context.Background()
 	s := standalone(t)
 	primary, replica := newClient(t, s.primary.Addr()), newClient(t, s.replica.Addr())
-	b := mustBackend(t, primary, redis.WithPrefix(newPrefix()), redis.WithReadClient(replica))
+	b := mustBackend(t, primary, redisbackend.WithPrefix(newPrefix()), redisbackend.WithReadClient(replica))
 	clock := throttler.NewManualClock(t0)
-	th := quiet(b, clock)
+	th := quiet(t, b, clock)
 	p := mustPolicy(t, "core", "5/min")
 	const id = "user:42"
 
@@ -128,7 +129,7 @@ func TestReplicaPeekIgnoresClosedWindows(t *testing.T) {
 	// primary and on the replica.
 	clock.Set(t0.Add(time.Minute))
 	for _, c := range []*goredis.Client{primary, replica} {
-		held, err := c.Get(ctx, b.Keys(p, id)[0]).Result()
+		held, err := c.Get(ctx, b.Keys(testkit.Compile(t, p), id)[0]).Result()
 		require.NoError(t, err)
 		require.True(t, strings.HasPrefix(held, "5:"), "%q", held)
 	}
@@ -164,17 +165,19 @@ func TestReplicaPeekAfterRealExpiry(t *testing.T) {
 	primary, replica := newClient(t, s.primary.Addr()), newClient(t, s.replica.Addr())
 	require.NoError(t, primary.Do(ctx, "DEBUG", "SET-ACTIVE-EXPIRE", "0").Err())
 	t.Cleanup(func() { _ = primary.Do(context.Background(), "DEBUG", "SET-ACTIVE-EXPIRE", "1").Err() })
-	b := mustBackend(t, primary, redis.WithPrefix(newPrefix()), redis.WithReadClient(replica))
+	// The shortest grace the backend accepts, so that the wait is short.
+	b := mustBackend(t, primary, redisbackend.WithPrefix(newPrefix()), redisbackend.WithReadClient(replica),
+		redisbackend.WithExpiryGrace(time.Second))
 	start := time.Now()
 	clock := throttler.NewManualClock(start)
-	th := quiet(b, clock)
+	th := quiet(t, b, clock)
 	p := mustPolicy(t, "short", "3/10ms")
 	const id = "user:7"
 	for range 3 {
 		_, err := th.Allow(ctx, p, id)
 		require.NoError(t, err)
 	}
-	key := b.Keys(p, id)[0]
+	key := b.Keys(testkit.Compile(t, p), id)[0]
 	waitReplicas(primary)(t)
 
 	// Wait (bounded) until the replica stops returning the key: its TTL,
@@ -228,9 +231,9 @@ func TestPeeksGoToReplicas(t *testing.T) {
 		}
 		require.Len(t, primaries, 3)
 		require.Len(t, replicas, 3)
-		b := mustBackend(t, newClusterClient(t, c, false), redis.WithPrefix(newPrefix()),
-			redis.WithReadClient(newClusterClient(t, c, true)))
-		th := quiet(b, throttler.NewManualClock(t0))
+		b := mustBackend(t, newClusterClient(t, c, false), redisbackend.WithPrefix(newPrefix()),
+			redisbackend.WithReadClient(newClusterClient(t, c, true)))
+		th := quiet(t, b, throttler.NewManualClock(t0))
 		p := mustPolicy(t, "reads", "10/min, 100/h")
 		before, beforePrimaries := roCalls(t, replicas), roCalls(t, primaries)
 		const peeks = 30

@@ -1,4 +1,4 @@
-package redis
+package redisbackend
 
 import (
 	"context"
@@ -11,44 +11,25 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
-// Errors of this package. Each is matched with errors.Is; the throttler
-// also wraps every backend failure in throttler.ErrBackend.
+// Errors of this package, matched with errors.Is. Bad options wrap
+// driver.ErrInvalidOption, and calls on a Backend New did not build wrap
+// driver.ErrNotInitialized, as in every package of the module; the
+// throttler also wraps every backend failure in throttler.ErrBackend.
 var (
-	// ErrInvalidOption reports a configuration New cannot use: a nil
-	// client, an expiry grace below one second, or an invalid prefix. The
-	// errors of a Backend New did not build (ErrNotInitialized) match it
-	// too.
-	ErrInvalidOption = errors.New("redis: invalid option")
-
-	// ErrInvalidPrefix reports a key prefix holding '{' or '}', which would
-	// move the hash tag away from the identifier and break Redis Cluster
-	// routing. Its errors also match ErrInvalidOption.
-	ErrInvalidPrefix = errors.New("redis: key prefix must not contain '{' or '}'")
-
 	// ErrUnexpectedReply reports a reply this package cannot read: the wrong
 	// shape, type or length, as a proxy or an incompatible server might send.
-	// It also matches throttler.ErrBadReply.
-	ErrUnexpectedReply = fmt.Errorf("redis: unexpected reply: %w", throttler.ErrBadReply)
-
-	// ErrTimeOutOfRange reports a request whose now is too far from 1970
-	// for the scripts to compute exactly: Lua numbers are doubles, exact
-	// below 2^53, which in microseconds is about 285 years. Times from 1700
-	// to 2240 are always in range.
-	ErrTimeOutOfRange = errors.New("redis: request time out of range")
+	// It also matches driver.ErrBadReply.
+	ErrUnexpectedReply = fmt.Errorf("redisbackend: unexpected reply: %w", driver.ErrBadReply)
 
 	// ErrForeignValue reports that a key of this backend holds a value it
 	// did not write: another type (Redis answers WRONGTYPE) or a string not
 	// in the "used:end" format. The script stops before any write, so the
-	// decision changes nothing; the throttler applies the failure mode.
-	ErrForeignValue = errors.New("redis: key holds a value this backend did not write")
-
-	// ErrNotInitialized reports a call on a Backend that New did not build
-	// (a zero Backend, or a nil *Backend): it has no client to send to. Its
-	// errors also match ErrInvalidOption.
-	ErrNotInitialized = fmt.Errorf("%w: backend not built by New", ErrInvalidOption)
+	// decision changes nothing; the throttler applies the failure mode. It
+	// also matches driver.ErrBadReply.
+	ErrForeignValue = fmt.Errorf("redisbackend: key holds a value this backend did not write: %w", driver.ErrBadReply)
 )
 
 // DefaultPrefix starts every key unless WithPrefix says otherwise.
@@ -57,12 +38,12 @@ const DefaultPrefix = "throttlekit:"
 // DefaultExpiryGrace is how long a state outlives the moment it stops
 // mattering (its window's end, or its GCRA bucket being full again) unless
 // WithExpiryGrace says otherwise.
-const DefaultExpiryGrace = time.Second
+const DefaultExpiryGrace = 30 * time.Second
 
 // maxExactMicros bounds |now| in Unix microseconds, so that every number a
 // script computes stays below 2^53: a stored GCRA TAT lies at most
-// 10 * throttler.MaxWindow after the latest now.
-const maxExactMicros = 1<<53 - int64(10*throttler.MaxWindow/time.Microsecond)
+// 10 * driver.MaxWindow after the latest now.
+const maxExactMicros = 1<<53 - int64(10*driver.MaxWindow/time.Microsecond)
 
 // foreignValueReply starts the error reply of a script that found a value it
 // did not write.
@@ -108,11 +89,11 @@ type Client interface {
 }
 
 var (
-	_ throttler.Backend  = (*Backend)(nil)
-	_ throttler.Peeker   = (*Backend)(nil)
-	_ throttler.Refunder = (*Backend)(nil)
-	_ throttler.Resetter = (*Backend)(nil)
-	_ throttler.Pinger   = (*Backend)(nil)
+	_ driver.Backend  = (*Backend)(nil)
+	_ driver.Peeker   = (*Backend)(nil)
+	_ driver.Refunder = (*Backend)(nil)
+	_ driver.Resetter = (*Backend)(nil)
+	_ driver.Pinger   = (*Backend)(nil)
 
 	_ Client = (*goredis.Client)(nil)
 	_ Client = (*goredis.ClusterClient)(nil)
@@ -121,7 +102,7 @@ var (
 	_ Client = goredis.UniversalClient(nil)
 )
 
-// Backend is a throttler.Backend over Redis: one script call decides all the
+// Backend is a driver.Backend over Redis: one script call decides all the
 // limits of one identifier's policy, atomically, in one round trip. It is
 // safe for concurrent use by any number of goroutines, processes and hosts.
 // Build it with New.
@@ -178,7 +159,7 @@ type config struct {
 }
 
 // WithPrefix sets the string every key starts with; the default is
-// DefaultPrefix. It must not contain '{' or '}' (ErrInvalidPrefix): the
+// DefaultPrefix. It must not contain '{' or '}' (driver.ErrInvalidOption): the
 // hash tag of a key belongs to the identifier. Give each application its
 // own prefix when several share a Redis.
 func WithPrefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
@@ -194,7 +175,7 @@ func WithReadClient(r Client) Option { return func(c *config) { c.reader = r } }
 
 // WithExpiryGrace sets how long a stored state outlives the moment it stops
 // mattering; the default is DefaultExpiryGrace, and less than a second is
-// an error (ErrInvalidOption). Expiry is garbage collection only: it never
+// an error (driver.ErrInvalidOption). Expiry is garbage collection only: it never
 // decides anything. Raise it above the largest clock difference between
 // the hosts that share this Redis, so that a host whose clock is behind
 // never finds live state expired.
@@ -204,23 +185,23 @@ func WithExpiryGrace(d time.Duration) Option { return func(c *config) { c.grace 
 // the clients that fit and the keys the backend writes.
 func New(client Client, opts ...Option) (*Backend, error) {
 	if isNil(client) {
-		return nil, fmt.Errorf("%w: nil client", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: nil client", driver.ErrInvalidOption)
 	}
 	cfg := config{prefix: DefaultPrefix, grace: DefaultExpiryGrace}
 	for _, opt := range opts {
 		opt(&cfg)
 	}
 	if strings.ContainsAny(cfg.prefix, "{}") {
-		return nil, fmt.Errorf("%w: %w: %q", ErrInvalidOption, ErrInvalidPrefix, cfg.prefix)
+		return nil, fmt.Errorf("%w: key prefix %q holds a brace, which would move the hash tag off the identifier", driver.ErrInvalidOption, cfg.prefix)
 	}
 	if cfg.grace < time.Second {
-		return nil, fmt.Errorf("%w: expiry grace %v is below one second", ErrInvalidOption, cfg.grace)
+		return nil, fmt.Errorf("%w: expiry grace %v is below one second", driver.ErrInvalidOption, cfg.grace)
 	}
 	b := &Backend{client: newConn(client), prefix: cfg.prefix, graceMs: any(cfg.grace.Milliseconds())}
 	b.reader = b.client
 	if cfg.reader != nil {
 		if isNil(cfg.reader) {
-			return nil, fmt.Errorf("%w: nil read client", ErrInvalidOption)
+			return nil, fmt.Errorf("%w: nil read client", driver.ErrInvalidOption)
 		}
 		b.reader, b.ownReader = newConn(cfg.reader), true
 	}
@@ -241,10 +222,10 @@ func isNil(c Client) bool {
 	return false
 }
 
-// ready reports ErrNotInitialized for a Backend that New did not build.
+// ready reports errNotInitialized for a Backend that New did not build.
 func (b *Backend) ready() error {
 	if b == nil || b.client.Client == nil || b.reader.Client == nil {
-		return ErrNotInitialized
+		return errNotInitialized
 	}
 	return nil
 }
@@ -252,52 +233,52 @@ func (b *Backend) ready() error {
 // Keys returns the keys that hold identifier's state under p, one per limit
 // in the policy's order:
 //
-//	<prefix>{<escaped identifier>}:<p.PolicyKey()>:<p.LimitKey(i)>
+//	<prefix>{<escaped identifier>}:<p.Key>:<p.Limits[i].Key>
 //
-// The identifier is escaped with throttler.EscapeKey, whose output holds no
+// The identifier is escaped with driver.EscapeKey, whose output holds no
 // brace, so the part in braces is the hash tag: every key of an identifier
 // lands in one Redis Cluster slot whatever bytes it holds. A nil policy has
 // no keys, and neither has a nil *Backend.
-func (b *Backend) Keys(p *throttler.Policy, identifier string) []string {
+func (b *Backend) Keys(p *driver.Policy, identifier string) []string {
 	if b == nil || p == nil {
 		return nil
 	}
-	id, policy := throttler.EscapeKey(identifier), p.PolicyKey()
-	keys := make([]string, p.Len())
+	id, policy := driver.EscapeKey(identifier), p.Key
+	keys := make([]string, len(p.Limits))
 	for i := range keys {
-		keys[i] = b.prefix + "{" + id + "}:" + policy + ":" + p.LimitKey(i)
+		keys[i] = b.prefix + "{" + id + "}:" + policy + ":" + p.Limits[i].Key
 	}
 	return keys
 }
 
-// Decide implements throttler.Backend with one call of decide.lua.
-func (b *Backend) Decide(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+// Decide implements driver.Backend with one call of decide.lua.
+func (b *Backend) Decide(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	if err := b.ready(); err != nil {
-		return throttler.Outcome{}, err
+		return driver.Outcome{}, err
 	}
 	return b.runScript(ctx, b.client, decideScript, false, req)
 }
 
-// Peek implements throttler.Peeker with one call of the read-only peek.lua
+// Peek implements driver.Peeker with one call of the read-only peek.lua
 // (EVALSHA_RO) on the read client (WithReadClient), or the main client.
-func (b *Backend) Peek(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+func (b *Backend) Peek(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	if err := b.ready(); err != nil {
-		return throttler.Outcome{}, err
+		return driver.Outcome{}, err
 	}
 	return b.runScript(ctx, b.reader, peekScript, true, req)
 }
 
-// Refund implements throttler.Refunder with one call of refund.lua.
-func (b *Backend) Refund(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+// Refund implements driver.Refunder with one call of refund.lua.
+func (b *Backend) Refund(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	if err := b.ready(); err != nil {
-		return throttler.Outcome{}, err
+		return driver.Outcome{}, err
 	}
 	return b.runScript(ctx, b.client, refundScript, false, req)
 }
 
-// Reset implements throttler.Resetter: it deletes every key of the
+// Reset implements driver.Resetter: it deletes every key of the
 // identifier's policy with one DEL (the keys share a slot).
-func (b *Backend) Reset(ctx context.Context, p *throttler.Policy, identifier string) error {
+func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string) error {
 	if err := b.ready(); err != nil {
 		return err
 	}
@@ -309,7 +290,7 @@ func (b *Backend) Reset(ctx context.Context, p *throttler.Policy, identifier str
 	return err
 }
 
-// Ping implements throttler.Pinger. It pings the main client and, when
+// Ping implements driver.Pinger. It pings the main client and, when
 // WithReadClient set one, the read client. A cluster client is pinged on
 // every primary, since any of them may hold an identifier's slot.
 func (b *Backend) Ping(ctx context.Context) error {
@@ -340,12 +321,12 @@ func ping(ctx context.Context, c conn) error {
 }
 
 // runScript runs one of the scripts for req and reads its reply.
-func (b *Backend) runScript(ctx context.Context, c conn, script *goredis.Script, readOnly bool, req throttler.Request) (throttler.Outcome, error) {
+func (b *Backend) runScript(ctx context.Context, c conn, script *goredis.Script, readOnly bool, req driver.Request) (driver.Outcome, error) {
 	if err := checkInput(req.Policy, req.Identifier, req.Cost); err != nil {
-		return throttler.Outcome{}, err
+		return driver.Outcome{}, err
 	}
 	if us := req.Now.UnixMicro(); us > maxExactMicros || us < -maxExactMicros {
-		return throttler.Outcome{}, fmt.Errorf("%w: %v", ErrTimeOutOfRange, req.Now)
+		return driver.Outcome{}, fmt.Errorf("%w: %v", driver.ErrInvalidOption, req.Now)
 	}
 	keys := b.Keys(req.Policy, req.Identifier)
 	args := b.scriptArgs(req)
@@ -356,7 +337,7 @@ func (b *Backend) runScript(ctx context.Context, c conn, script *goredis.Script,
 		return script.Run(ctx, c, keys, args...).Result()
 	})
 	if err != nil {
-		return throttler.Outcome{}, classify(err)
+		return driver.Outcome{}, classify(err)
 	}
 	return parseReply(reply, len(keys))
 }
@@ -364,28 +345,31 @@ func (b *Backend) runScript(ctx context.Context, c conn, script *goredis.Script,
 // scriptArgs builds ARGV as the scripts read it: now in milliseconds and
 // microseconds, the cost, the expiry grace, then each limit's algorithm,
 // Max, window in milliseconds and Burst.
-func (b *Backend) scriptArgs(req throttler.Request) []any {
+func (b *Backend) scriptArgs(req driver.Request) []any {
 	p := req.Policy
-	args := make([]any, 0, 4+4*p.Len())
+	args := make([]any, 0, 4+4*len(p.Limits))
 	args = append(args, req.Now.UnixMilli(), req.Now.UnixMicro(), req.Cost, b.graceMs)
-	for i := range p.Len() {
-		l := p.Limit(i)
-		args = append(args, int64(l.Algorithm), l.Max, l.Window.Milliseconds(), l.Burst)
+	for i := range len(p.Limits) {
+		l := p.Limits[i]
+		burst := int64(0) // the scripts read 0 as Max
+		if l.Algorithm == driver.GCRA {
+			burst = l.Capacity
+		}
+		args = append(args, int64(l.Algorithm), l.Max, l.WindowMillis, burst)
 	}
 	return args
 }
 
 // checkInput repeats the throttler's checks for callers that use the
 // backend directly, so that no input reaches Redis malformed.
-func checkInput(p *throttler.Policy, identifier string, cost int64) error {
-	if p == nil || p.Len() == 0 {
-		return fmt.Errorf("%w: nil or zero policy", throttler.ErrInvalidPolicy)
+func checkInput(p *driver.Policy, identifier string, cost int64) error {
+	// The throttler validated the request; this only keeps a direct caller
+	// that did not from reaching the server with nonsense.
+	if !p.Valid() {
+		return fmt.Errorf("%w: nil or zero policy", driver.ErrInvalidPolicy)
 	}
-	if err := throttler.ValidateIdentifier(identifier); err != nil {
-		return err
-	}
-	if cost < 0 {
-		return fmt.Errorf("%w: %d is negative", throttler.ErrInvalidCost, cost)
+	if identifier == "" || cost < 0 {
+		return fmt.Errorf("%w: empty identifier or negative cost", driver.ErrInvalidOption)
 	}
 	return nil
 }
@@ -452,28 +436,32 @@ func classify(err error) error {
 
 // parseReply reads a script's reply, {allowed, used_1, end_1, ...}, for a
 // policy of n limits. Anything else is ErrUnexpectedReply, never a panic.
-func parseReply(reply any, n int) (throttler.Outcome, error) {
+func parseReply(reply any, n int) (driver.Outcome, error) {
 	items, ok := reply.([]any)
 	if !ok {
-		return throttler.Outcome{}, fmt.Errorf("%w: %T, want an array", ErrUnexpectedReply, reply)
+		return driver.Outcome{}, fmt.Errorf("%w: %T, want an array", ErrUnexpectedReply, reply)
 	}
 	if len(items) != 1+2*n {
-		return throttler.Outcome{}, fmt.Errorf("%w: %d elements, want %d", ErrUnexpectedReply, len(items), 1+2*n)
+		return driver.Outcome{}, fmt.Errorf("%w: %d elements, want %d", ErrUnexpectedReply, len(items), 1+2*n)
 	}
 	ints := make([]int64, len(items))
 	for i, item := range items {
 		v, ok := item.(int64)
 		if !ok {
-			return throttler.Outcome{}, fmt.Errorf("%w: element %d is %T, want an integer", ErrUnexpectedReply, i, item)
+			return driver.Outcome{}, fmt.Errorf("%w: element %d is %T, want an integer", ErrUnexpectedReply, i, item)
 		}
 		ints[i] = v
 	}
 	if ints[0] != 0 && ints[0] != 1 {
-		return throttler.Outcome{}, fmt.Errorf("%w: verdict %d, want 0 or 1", ErrUnexpectedReply, ints[0])
+		return driver.Outcome{}, fmt.Errorf("%w: verdict %d, want 0 or 1", ErrUnexpectedReply, ints[0])
 	}
-	out := throttler.Outcome{Allowed: ints[0] == 1, States: make([]throttler.State, n)}
+	out := driver.Outcome{Allowed: ints[0] == 1, States: make([]driver.State, n)}
 	for i := range out.States {
-		out.States[i] = throttler.State{Used: ints[1+2*i], End: ints[2+2*i]}
+		out.States[i] = driver.State{Used: ints[1+2*i], End: ints[2+2*i]}
 	}
 	return out, nil
 }
+
+// errNotInitialized is the error of every call on a Backend New did not
+// build (a zero Backend, or a nil *Backend): it has no client to send to.
+var errNotInitialized = fmt.Errorf("%w: redisbackend.Backend not built by New", driver.ErrNotInitialized)

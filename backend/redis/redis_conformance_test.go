@@ -1,4 +1,4 @@
-package redis_test
+package redisbackend_test
 
 import (
 	"context"
@@ -7,27 +7,27 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/throttlekit/throttlekit/backend/redis"
+	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
 	"github.com/throttlekit/throttlekit/conformance"
-	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // harness gives each subtest a fresh key prefix on a shared server; each
 // backend it makes has a client of its own, as another process would.
 type harness struct {
 	prefix    string
-	newClient func() (redis.Client, func() error)
+	newClient func() (redisbackend.Client, func() error)
 
 	mu      sync.Mutex
 	closers []func() error
 }
 
-func (h *harness) MakeBackend(ctx context.Context) (throttler.Backend, error) {
+func (h *harness) MakeBackend(ctx context.Context) (driver.Backend, error) {
 	c, closeClient := h.newClient()
 	h.mu.Lock()
 	h.closers = append(h.closers, closeClient)
 	h.mu.Unlock()
-	return redis.New(c, redis.WithPrefix(h.prefix))
+	return redisbackend.New(c, redisbackend.WithPrefix(h.prefix))
 }
 
 func (h *harness) Close() {
@@ -39,7 +39,7 @@ func (h *harness) Close() {
 	h.closers = nil
 }
 
-func harnessMaker(newClient func(tb testing.TB) func() (redis.Client, func() error)) conformance.HarnessMaker {
+func harnessMaker(newClient func(tb testing.TB) func() (redisbackend.Client, func() error)) conformance.HarnessMaker {
 	return func(ctx context.Context, tb testing.TB) (conformance.Harness, error) {
 		return &harness{prefix: newPrefix(), newClient: newClient(tb)}, nil
 	}
@@ -47,27 +47,27 @@ func harnessMaker(newClient func(tb testing.TB) func() (redis.Client, func() err
 
 func TestConformance(t *testing.T) {
 	t.Run("standalone", func(t *testing.T) {
-		conformance.Run(t, harnessMaker(func(tb testing.TB) func() (redis.Client, func() error) {
+		conformance.Run(t, harnessMaker(func(tb testing.TB) func() (redisbackend.Client, func() error) {
 			addr := standalone(tb).primary.Addr()
-			return func() (redis.Client, func() error) {
+			return func() (redisbackend.Client, func() error) {
 				c := goredis.NewClient(&goredis.Options{Addr: addr})
 				return c, c.Close
 			}
 		}))
 	})
 	t.Run("cluster", func(t *testing.T) {
-		conformance.Run(t, harnessMaker(func(tb testing.TB) func() (redis.Client, func() error) {
+		conformance.Run(t, harnessMaker(func(tb testing.TB) func() (redisbackend.Client, func() error) {
 			addrs := cluster(tb).Addrs()
-			return func() (redis.Client, func() error) {
+			return func() (redisbackend.Client, func() error) {
 				c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs})
 				return c, c.Close
 			}
 		}))
 	})
 	t.Run("autopipeline", func(t *testing.T) {
-		conformance.Run(t, harnessMaker(func(tb testing.TB) func() (redis.Client, func() error) {
+		conformance.Run(t, harnessMaker(func(tb testing.TB) func() (redisbackend.Client, func() error) {
 			addr := standalone(tb).primary.Addr()
-			return func() (redis.Client, func() error) {
+			return func() (redisbackend.Client, func() error) {
 				c := goredis.NewClient(&goredis.Options{Addr: addr})
 				ap, err := c.AutoPipeline()
 				if err != nil {

@@ -1,4 +1,4 @@
-package redis_test
+package redisbackend_test
 
 import (
 	"context"
@@ -12,31 +12,33 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttlekit/throttlekit/backend/memory"
-	"github.com/throttlekit/throttlekit/backend/redis"
+	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
+	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
+	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 678_000_000, time.UTC)
 
-func mustPolicy(tb testing.TB, name, limits string, opts ...throttler.PolicyOption) *throttler.Policy {
+func mustPolicy(tb testing.TB, name, limits string, opts ...throttler.Option) *throttler.Policy {
 	tb.Helper()
 	p, err := throttler.ParsePolicy(name, limits, opts...)
 	require.NoError(tb, err)
 	return p
 }
 
-func mustBackend(tb testing.TB, c redis.Client, opts ...redis.Option) *redis.Backend {
+func mustBackend(tb testing.TB, c redisbackend.Client, opts ...redisbackend.Option) *redisbackend.Backend {
 	tb.Helper()
-	b, err := redis.New(c, opts...)
+	b, err := redisbackend.New(c, opts...)
 	require.NoError(tb, err)
 	return b
 }
 
-func quiet(b throttler.Backend, clock throttler.Clock, opts ...throttler.Option) *throttler.Throttler {
-	opts = append([]throttler.Option{throttler.WithClock(clock), throttler.WithObserver(throttler.NopObserver{}),
-		throttler.WithTimeout(5 * time.Second)}, opts...)
-	return throttler.New(b, opts...)
+func quiet(tb testing.TB, b driver.Backend, clock throttler.Clock, opts ...throttler.Option) *throttler.Throttler {
+	opts = append([]throttler.Option{throttler.WithClock(clock), throttler.WithLogger(nil),
+		throttler.WithCallTimeout(5 * time.Second)}, opts...)
+	return testkit.Throttler(tb, b, opts...)
 }
 
 func TestNewRejectsBadOptions(t *testing.T) {
@@ -44,21 +46,21 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	defer c.Close()
 	for _, tc := range []struct {
 		name   string
-		client redis.Client
-		opts   []redis.Option
+		client redisbackend.Client
+		opts   []redisbackend.Option
 		want   []error
 	}{
-		{"nil client", nil, nil, []error{redis.ErrInvalidOption}},
-		{"nil *goredis.Client", (*goredis.Client)(nil), nil, []error{redis.ErrInvalidOption}},
-		{"nil *goredis.ClusterClient", (*goredis.ClusterClient)(nil), nil, []error{redis.ErrInvalidOption}},
-		{"nil read client", c, []redis.Option{redis.WithReadClient((*goredis.Ring)(nil))}, []error{redis.ErrInvalidOption}},
-		{"open brace in prefix", c, []redis.Option{redis.WithPrefix("app{")}, []error{redis.ErrInvalidOption, redis.ErrInvalidPrefix}},
-		{"close brace in prefix", c, []redis.Option{redis.WithPrefix("}app:")}, []error{redis.ErrInvalidOption, redis.ErrInvalidPrefix}},
-		{"hash tag in prefix", c, []redis.Option{redis.WithPrefix("{app}:")}, []error{redis.ErrInvalidOption, redis.ErrInvalidPrefix}},
-		{"grace below a second", c, []redis.Option{redis.WithExpiryGrace(999 * time.Millisecond)}, []error{redis.ErrInvalidOption}},
+		{"nil client", nil, nil, []error{driver.ErrInvalidOption}},
+		{"nil *goredis.Client", (*goredis.Client)(nil), nil, []error{driver.ErrInvalidOption}},
+		{"nil *goredis.ClusterClient", (*goredis.ClusterClient)(nil), nil, []error{driver.ErrInvalidOption}},
+		{"nil read client", c, []redisbackend.Option{redisbackend.WithReadClient((*goredis.Ring)(nil))}, []error{driver.ErrInvalidOption}},
+		{"open brace in prefix", c, []redisbackend.Option{redisbackend.WithPrefix("app{")}, []error{driver.ErrInvalidOption}},
+		{"close brace in prefix", c, []redisbackend.Option{redisbackend.WithPrefix("}app:")}, []error{driver.ErrInvalidOption}},
+		{"hash tag in prefix", c, []redisbackend.Option{redisbackend.WithPrefix("{app}:")}, []error{driver.ErrInvalidOption}},
+		{"grace below a second", c, []redisbackend.Option{redisbackend.WithExpiryGrace(999 * time.Millisecond)}, []error{driver.ErrInvalidOption}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := redis.New(tc.client, tc.opts...)
+			b, err := redisbackend.New(tc.client, tc.opts...)
 			require.Error(t, err)
 			assert.Nil(t, b)
 			for _, want := range tc.want {
@@ -66,7 +68,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 			}
 		})
 	}
-	b, err := redis.New(c, redis.WithPrefix(""), redis.WithExpiryGrace(time.Minute), redis.WithReadClient(nil))
+	b, err := redisbackend.New(c, redisbackend.WithPrefix(""), redisbackend.WithExpiryGrace(time.Minute), redisbackend.WithReadClient(nil))
 	require.NoError(t, err)
 	assert.NotNil(t, b)
 }
@@ -80,13 +82,13 @@ func TestKeysLayout(t *testing.T) {
 		throttler.PerMinute(60).WithBurst(20).Named("smooth"),
 	})
 	require.NoError(t, err)
-	b := mustBackend(t, c, redis.WithPrefix("app:"))
+	b := mustBackend(t, c, redisbackend.WithPrefix("app:"))
 	assert.Equal(t, []string{
 		"app:{user%3A42%7B%7D}:api%20v2:10%2Fs:fixed:1000",
 		"app:{user%3A42%7B%7D}:api%20v2:hourly:fixed:3600000",
 		"app:{user%3A42%7B%7D}:api%20v2:smooth:gcra:60000:20",
-	}, b.Keys(p, "user:42{}"))
-	assert.Equal(t, "throttlekit:{a}:p:1%2Fs:fixed:1000", mustBackend(t, c).Keys(mustPolicy(t, "p", "1/s"), "a")[0])
+	}, b.Keys(testkit.Compile(t, p), "user:42{}"))
+	assert.Equal(t, "throttlekit:{a}:p:1%2Fs:fixed:1000", mustBackend(t, c).Keys(testkit.Compiled(t, "p", "1/s"), "a")[0])
 }
 
 // Only clients known to end a command at its context's deadline run
@@ -113,7 +115,7 @@ func TestWhichClientsTheBackendCutsShort(t *testing.T) {
 
 	for _, tc := range []struct {
 		name     string
-		client   redis.Client
+		client   redisbackend.Client
 		detached bool
 	}{
 		{"plain client", plain, true},
@@ -126,7 +128,7 @@ func TestWhichClientsTheBackendCutsShort(t *testing.T) {
 		{"auto-pipeliner", ap, true},
 		{"unknown type", wrapped, true},
 	} {
-		assert.Equal(t, tc.detached, redis.Detached(tc.client), tc.name)
+		assert.Equal(t, tc.detached, redisbackend.Detached(tc.client), tc.name)
 	}
 }
 
@@ -135,24 +137,23 @@ func TestWhichClientsTheBackendCutsShort(t *testing.T) {
 func TestZeroBackendFailsWithoutPanicking(t *testing.T) {
 	ctx := context.Background()
 	p := mustPolicy(t, "zero", "5/min")
-	req := throttler.Request{Policy: p, Identifier: "x", Cost: 1, Now: t0}
-	for name, b := range map[string]*redis.Backend{"zero": {}, "nil": nil} {
+	req := driver.Request{Policy: testkit.Compile(t, p), Identifier: "x", Cost: 1, Now: t0}
+	for name, b := range map[string]*redisbackend.Backend{"zero": {}, "nil": nil} {
 		_, err := b.Decide(ctx, req)
-		assert.ErrorIs(t, err, redis.ErrNotInitialized, name)
-		assert.ErrorIs(t, err, redis.ErrInvalidOption, name)
+		assert.ErrorIs(t, err, driver.ErrNotInitialized, name)
 		_, err = b.Peek(ctx, req)
-		assert.ErrorIs(t, err, redis.ErrNotInitialized, name)
+		assert.ErrorIs(t, err, driver.ErrNotInitialized, name)
 		_, err = b.Refund(ctx, req)
-		assert.ErrorIs(t, err, redis.ErrNotInitialized, name)
-		assert.ErrorIs(t, b.Reset(ctx, p, "x"), redis.ErrNotInitialized, name)
-		assert.ErrorIs(t, b.Ping(ctx), redis.ErrNotInitialized, name)
-		assert.NotPanics(t, func() { b.Keys(p, "x") }, name)
+		assert.ErrorIs(t, err, driver.ErrNotInitialized, name)
+		assert.ErrorIs(t, b.Reset(ctx, testkit.Compile(t, p), "x"), driver.ErrNotInitialized, name)
+		assert.ErrorIs(t, b.Ping(ctx), driver.ErrNotInitialized, name)
+		assert.NotPanics(t, func() { b.Keys(testkit.Compile(t, p), "x") }, name)
 
-		// Through a throttler: a degraded result, not a panic.
-		r, err := quiet(b, throttler.NewManualClock(t0)).Allow(ctx, p, "x")
-		require.NoError(t, err, name)
-		assert.True(t, r.Degraded, name)
-		assert.ErrorIs(t, r.Err, redis.ErrNotInitialized, name)
+		// Through a throttler: an error, never a silent allow, and no panic.
+		if b != nil {
+			_, err = quiet(t, b, throttler.NewManualClock(t0)).Allow(ctx, p, "x")
+			assert.ErrorIs(t, err, throttler.ErrNotInitialized, name)
+		}
 	}
 }
 
@@ -161,12 +162,12 @@ func TestZeroBackendFailsWithoutPanicking(t *testing.T) {
 func TestKeysOfAnIdentifierShareOneSlot(t *testing.T) {
 	ctx := context.Background()
 	cc := newClusterClient(t, cluster(t), false)
-	b := mustBackend(t, cc, redis.WithPrefix(newPrefix()))
+	b := mustBackend(t, cc, redisbackend.WithPrefix(newPrefix()))
 	p := mustPolicy(t, "slots", "10/s, 100/min aligned, 1000/h, 50/min gcra burst=5")
-	th := quiet(b, throttler.NewManualClock(t0))
+	th := quiet(t, b, throttler.NewManualClock(t0))
 	for _, id := range []string{"user:42", "{user:42}", "}{", "{}", "a{b}c", "{a}", "x}y{z}", "ip:203.0.113.9", "\x00\xff{"} {
-		keys := b.Keys(p, id)
-		want, err := cc.ClusterKeySlot(ctx, throttler.EscapeKey(id)).Result()
+		keys := b.Keys(testkit.Compile(t, p), id)
+		want, err := cc.ClusterKeySlot(ctx, driver.EscapeKey(id)).Result()
 		require.NoError(t, err)
 		for _, k := range keys {
 			got, err := cc.ClusterKeySlot(ctx, k).Result()
@@ -180,8 +181,8 @@ func TestKeysOfAnIdentifierShareOneSlot(t *testing.T) {
 		assert.False(t, r.Degraded, "%q: %v", id, r.Err)
 	}
 	// Identifiers that differ only in where the bytes fall never share keys.
-	assert.NotEqual(t, b.Keys(p, "a_b")[0]+b.Keys(p, "c")[0], b.Keys(p, "a")[0]+b.Keys(p, "b_c")[0])
-	assert.NotEqual(t, b.Keys(p, "a:b")[0], b.Keys(p, "a%3Ab")[0])
+	assert.NotEqual(t, b.Keys(testkit.Compile(t, p), "a_b")[0]+b.Keys(testkit.Compile(t, p), "c")[0], b.Keys(testkit.Compile(t, p), "a")[0]+b.Keys(testkit.Compile(t, p), "b_c")[0])
+	assert.NotEqual(t, b.Keys(testkit.Compile(t, p), "a:b")[0], b.Keys(testkit.Compile(t, p), "a%3Ab")[0])
 }
 
 // clientKind is one way to reach Redis that the backend must work through.
@@ -190,7 +191,7 @@ type clientKind struct {
 	// client returns the client for decisions and the one for peeks, and a
 	// function that waits until replicas have every write so far (nil when
 	// peeks read the primary).
-	client func(t *testing.T) (redis.Client, redis.Client, func(*testing.T))
+	client func(t *testing.T) (redisbackend.Client, redisbackend.Client, func(*testing.T))
 }
 
 // waitReplicas waits until every replica of c's primaries acknowledged the
@@ -207,24 +208,24 @@ func waitReplicas(c interface {
 
 func clientKinds() []clientKind {
 	return []clientKind{
-		{"standalone", func(t *testing.T) (redis.Client, redis.Client, func(*testing.T)) {
+		{"standalone", func(t *testing.T) (redisbackend.Client, redisbackend.Client, func(*testing.T)) {
 			c := newClient(t, standalone(t).primary.Addr())
 			return c, c, nil
 		}},
-		{"standalone with replica reads", func(t *testing.T) (redis.Client, redis.Client, func(*testing.T)) {
+		{"standalone with replica reads", func(t *testing.T) (redisbackend.Client, redisbackend.Client, func(*testing.T)) {
 			s := standalone(t)
 			c := newClient(t, s.primary.Addr())
 			return c, newClient(t, s.replica.Addr()), waitReplicas(c)
 		}},
-		{"autopipeline", func(t *testing.T) (redis.Client, redis.Client, func(*testing.T)) {
+		{"autopipeline", func(t *testing.T) (redisbackend.Client, redisbackend.Client, func(*testing.T)) {
 			ap := newAutoPipeliner(t, newClient(t, standalone(t).primary.Addr()))
 			return ap, ap, nil
 		}},
-		{"cluster", func(t *testing.T) (redis.Client, redis.Client, func(*testing.T)) {
+		{"cluster", func(t *testing.T) (redisbackend.Client, redisbackend.Client, func(*testing.T)) {
 			cc := newClusterClient(t, cluster(t), false)
 			return cc, cc, nil
 		}},
-		{"cluster with replica reads", func(t *testing.T) (redis.Client, redis.Client, func(*testing.T)) {
+		{"cluster with replica reads", func(t *testing.T) (redisbackend.Client, redisbackend.Client, func(*testing.T)) {
 			c := cluster(t)
 			cc := newClusterClient(t, c, false)
 			return cc, newClusterClient(t, c, true), func(t *testing.T) {
@@ -234,7 +235,7 @@ func clientKinds() []clientKind {
 				}))
 			}
 		}},
-		{"cluster autopipeline", func(t *testing.T) (redis.Client, redis.Client, func(*testing.T)) {
+		{"cluster autopipeline", func(t *testing.T) (redisbackend.Client, redisbackend.Client, func(*testing.T)) {
 			cc := newClusterClient(t, cluster(t), false)
 			ap, err := cc.AutoPipeline()
 			require.NoError(t, err)
@@ -257,9 +258,9 @@ func TestMatchesMemoryBackend(t *testing.T) {
 	for _, kind := range clientKinds() {
 		t.Run(kind.name, func(t *testing.T) {
 			client, reader, syncReplicas := kind.client(t)
-			rb := mustBackend(t, client, redis.WithPrefix(newPrefix()), redis.WithReadClient(reader))
+			rb := mustBackend(t, client, redisbackend.WithPrefix(newPrefix()), redisbackend.WithReadClient(reader))
 			clock := throttler.NewManualClock(t0)
-			got, want := quiet(rb, clock), quiet(memory.New(), clock)
+			got, want := quiet(t, rb, clock), quiet(t, memorybackend.New(), clock)
 			rng := rand.New(rand.NewPCG(1, 2))
 			ids := []string{"alice", "bob", "{carol}"}
 			for step := range 400 {
@@ -314,7 +315,7 @@ func TestMatchesMemoryBackend(t *testing.T) {
 func TestForeignValueIsAnError(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, standalone(t).primary.Addr())
-	b := mustBackend(t, c, redis.WithPrefix(newPrefix()))
+	b := mustBackend(t, c, redisbackend.WithPrefix(newPrefix()))
 	p := mustPolicy(t, "foreign", "5/min, 50/h", throttler.WithFailureMode(throttler.FailClosed))
 	now := t0
 	for _, tc := range []struct {
@@ -329,21 +330,21 @@ func TestForeignValueIsAnError(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := "id-" + tc.name
-			keys := b.Keys(p, id)
+			keys := b.Keys(testkit.Compile(t, p), id)
 			require.NoError(t, tc.write(keys[1]))
-			for name, call := range map[string]func() (throttler.Outcome, error){
-				"decide": func() (throttler.Outcome, error) {
-					return b.Decide(ctx, throttler.Request{Policy: p, Identifier: id, Cost: 1, Now: now})
+			for name, call := range map[string]func() (driver.Outcome, error){
+				"decide": func() (driver.Outcome, error) {
+					return b.Decide(ctx, driver.Request{Policy: testkit.Compile(t, p), Identifier: id, Cost: 1, Now: now})
 				},
-				"peek": func() (throttler.Outcome, error) {
-					return b.Peek(ctx, throttler.Request{Policy: p, Identifier: id, Now: now})
+				"peek": func() (driver.Outcome, error) {
+					return b.Peek(ctx, driver.Request{Policy: testkit.Compile(t, p), Identifier: id, Now: now})
 				},
-				"refund": func() (throttler.Outcome, error) {
-					return b.Refund(ctx, throttler.Request{Policy: p, Identifier: id, Cost: 1, Now: now})
+				"refund": func() (driver.Outcome, error) {
+					return b.Refund(ctx, driver.Request{Policy: testkit.Compile(t, p), Identifier: id, Cost: 1, Now: now})
 				},
 			} {
 				_, err := call()
-				assert.ErrorIs(t, err, redis.ErrForeignValue, name)
+				assert.ErrorIs(t, err, redisbackend.ErrForeignValue, name)
 			}
 			// The first limit's key, read before the foreign one, was not
 			// written either.
@@ -351,16 +352,16 @@ func TestForeignValueIsAnError(t *testing.T) {
 			require.NoError(t, err)
 			assert.Zero(t, n)
 
-			r, err := quiet(b, throttler.NewManualClock(now)).Allow(ctx, p, id)
+			r, err := quiet(t, b, throttler.NewManualClock(now)).Allow(ctx, p, id)
 			require.NoError(t, err)
 			assert.True(t, r.Degraded)
 			assert.False(t, r.Allowed)
-			assert.ErrorIs(t, r.Err, redis.ErrForeignValue)
+			assert.ErrorIs(t, r.Err, redisbackend.ErrForeignValue)
 			assert.ErrorIs(t, r.Err, throttler.ErrBackend)
 
 			// Reset clears it.
-			require.NoError(t, b.Reset(ctx, p, id))
-			r, err = quiet(b, throttler.NewManualClock(now)).Allow(ctx, p, id)
+			require.NoError(t, b.Reset(ctx, testkit.Compile(t, p), id))
+			r, err = quiet(t, b, throttler.NewManualClock(now)).Allow(ctx, p, id)
 			require.NoError(t, err)
 			assert.True(t, r.Allowed)
 			assert.False(t, r.Degraded, "%v", r.Err)
@@ -386,32 +387,30 @@ func TestOddRepliesAreErrors(t *testing.T) {
 		{"nested array", []any{[]any{int64(1)}, int64(0), int64(0)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := redis.ParseReply(tc.reply, 1)
-			assert.ErrorIs(t, err, redis.ErrUnexpectedReply)
-			assert.ErrorIs(t, err, throttler.ErrBadReply)
+			_, err := redisbackend.ParseReply(tc.reply, 1)
+			assert.ErrorIs(t, err, redisbackend.ErrUnexpectedReply)
+			assert.ErrorIs(t, err, driver.ErrBadReply)
 		})
 	}
-	out, err := redis.ParseReply([]any{int64(1), int64(3), int64(1700000000000), int64(0), int64(1700000000000123)}, 2)
+	out, err := redisbackend.ParseReply([]any{int64(1), int64(3), int64(1700000000000), int64(0), int64(1700000000000123)}, 2)
 	require.NoError(t, err)
-	assert.Equal(t, throttler.Outcome{Allowed: true, States: []throttler.State{{Used: 3, End: 1700000000000}, {End: 1700000000000123}}}, out)
+	assert.Equal(t, driver.Outcome{Allowed: true, States: []driver.State{{Used: 3, End: 1700000000000}, {End: 1700000000000123}}}, out)
 }
 
 // A backend used without a throttler checks its input too.
 func TestBackendRejectsBadRequests(t *testing.T) {
 	ctx := context.Background()
-	b := mustBackend(t, newClient(t, standalone(t).primary.Addr()), redis.WithPrefix(newPrefix()))
-	p := mustPolicy(t, "direct", "1/s")
-	for _, req := range []throttler.Request{
+	b := mustBackend(t, newClient(t, standalone(t).primary.Addr()), redisbackend.WithPrefix(newPrefix()))
+	p := testkit.Compiled(t, "direct", "1/s")
+	for _, req := range []driver.Request{
 		{Identifier: "x", Cost: 1, Now: t0},
-		{Policy: &throttler.Policy{}, Identifier: "x", Cost: 1, Now: t0},
+		{Policy: &driver.Policy{}, Identifier: "x", Cost: 1, Now: t0},
 		{Policy: p, Identifier: "", Cost: 1, Now: t0},
-		{Policy: p, Identifier: string(make([]byte, throttler.MaxIdentifierLen+1)), Cost: 1, Now: t0},
 		{Policy: p, Identifier: "x", Cost: -1, Now: t0},
 	} {
 		_, err := b.Decide(ctx, req)
 		require.Error(t, err)
-		assert.True(t, errors.Is(err, throttler.ErrInvalidPolicy) || errors.Is(err, throttler.ErrInvalidIdentifier) ||
-			errors.Is(err, throttler.ErrInvalidCost), "%v", err)
+		assert.True(t, errors.Is(err, driver.ErrInvalidPolicy) || errors.Is(err, driver.ErrInvalidOption), "%v", err)
 	}
 	assert.ErrorIs(t, b.Reset(ctx, nil, "x"), throttler.ErrInvalidPolicy)
 	assert.Nil(t, b.Keys(nil, "x"))
@@ -419,11 +418,11 @@ func TestBackendRejectsBadRequests(t *testing.T) {
 	// A zero ManualClock reads year 1, beyond what Lua's doubles hold
 	// exactly: an error, not a wrong answer.
 	for _, now := range []time.Time{{}, time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(1650, 1, 1, 0, 0, 0, 0, time.UTC)} {
-		_, err := b.Decide(ctx, throttler.Request{Policy: p, Identifier: "x", Cost: 1, Now: now})
-		assert.ErrorIs(t, err, redis.ErrTimeOutOfRange, "%v", now)
+		_, err := b.Decide(ctx, driver.Request{Policy: p, Identifier: "x", Cost: 1, Now: now})
+		assert.ErrorIs(t, err, driver.ErrInvalidOption, "%v", now)
 	}
 	for _, now := range []time.Time{time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2239, 12, 31, 0, 0, 0, 0, time.UTC)} {
-		_, err := b.Decide(ctx, throttler.Request{Policy: p, Identifier: "x", Cost: 1, Now: now})
+		_, err := b.Decide(ctx, driver.Request{Policy: p, Identifier: "x", Cost: 1, Now: now})
 		assert.NoError(t, err, "%v", now)
 	}
 }
@@ -431,12 +430,12 @@ func TestBackendRejectsBadRequests(t *testing.T) {
 func TestResetDeletesEveryKey(t *testing.T) {
 	ctx := context.Background()
 	cc := newClusterClient(t, cluster(t), false)
-	b := mustBackend(t, cc, redis.WithPrefix(newPrefix()))
+	b := mustBackend(t, cc, redisbackend.WithPrefix(newPrefix()))
 	p := mustPolicy(t, "reset", "5/s, 50/min, 10/min gcra")
-	th := quiet(b, throttler.NewManualClock(t0))
+	th := quiet(t, b, throttler.NewManualClock(t0))
 	_, err := th.AllowN(ctx, p, "user", 3)
 	require.NoError(t, err)
-	keys := b.Keys(p, "user")
+	keys := b.Keys(testkit.Compile(t, p), "user")
 	n, err := cc.Exists(ctx, keys...).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, len(keys), n)
@@ -451,14 +450,14 @@ func TestResetDeletesEveryKey(t *testing.T) {
 func TestExpiryFollowsTheStateEnd(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, standalone(t).primary.Addr())
-	b := mustBackend(t, c, redis.WithPrefix(newPrefix()), redis.WithExpiryGrace(5*time.Second))
+	b := mustBackend(t, c, redisbackend.WithPrefix(newPrefix()), redisbackend.WithExpiryGrace(5*time.Second))
 	p := mustPolicy(t, "ttl", "5/min, 100/h aligned, 60/min gcra burst=10")
 	// An aligned hour starting 30 minutes from t0's hour.
 	now := time.Date(2030, 1, 2, 3, 30, 0, 0, time.UTC)
-	th := quiet(b, throttler.NewManualClock(now))
+	th := quiet(t, b, throttler.NewManualClock(now))
 	_, err := th.AllowN(ctx, p, "user", 4)
 	require.NoError(t, err)
-	keys := b.Keys(p, "user")
+	keys := b.Keys(testkit.Compile(t, p), "user")
 	for i, want := range []time.Duration{
 		time.Minute + 5*time.Second,    // anchored: the window's end
 		30*time.Minute + 5*time.Second, // aligned: the hour's end
@@ -474,14 +473,14 @@ func TestExpiryFollowsTheStateEnd(t *testing.T) {
 func TestPing(t *testing.T) {
 	ctx := context.Background()
 	s := standalone(t)
-	require.NoError(t, mustBackend(t, newClient(t, s.primary.Addr()), redis.WithReadClient(newClient(t, s.replica.Addr()))).Ping(ctx))
+	require.NoError(t, mustBackend(t, newClient(t, s.primary.Addr()), redisbackend.WithReadClient(newClient(t, s.replica.Addr()))).Ping(ctx))
 	require.NoError(t, mustBackend(t, newClusterClient(t, cluster(t), false)).Ping(ctx))
 	require.NoError(t, mustBackend(t, newAutoPipeliner(t, newClient(t, s.primary.Addr()))).Ping(ctx))
 
 	// A read client that cannot be reached fails the ping.
 	down := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	defer down.Close()
-	err := mustBackend(t, newClient(t, s.primary.Addr()), redis.WithReadClient(down)).Ping(ctx)
+	err := mustBackend(t, newClient(t, s.primary.Addr()), redisbackend.WithReadClient(down)).Ping(ctx)
 	assert.Error(t, err)
 }
 
@@ -492,7 +491,7 @@ func TestOneRoundTripPerDecision(t *testing.T) {
 	server := ownRedis(t)
 	c := newClient(t, server.Addr())
 	b := mustBackend(t, c)
-	th := quiet(b, throttler.NewManualClock(t0))
+	th := quiet(t, b, throttler.NewManualClock(t0))
 	p := mustPolicy(t, "trip", "10/s, 100/min aligned, 1000/h, 20/s gcra burst=5")
 	_, err := th.Allow(ctx, p, "warm-up")
 	require.NoError(t, err)
@@ -515,7 +514,7 @@ func TestOneRoundTripPerDecision(t *testing.T) {
 	// The scripts' own GET and SET calls are counted too: one GET per limit
 	// per decision, one SET per limit per allowed decision. The client sent
 	// nothing but EVALSHA.
-	assert.EqualValues(t, 10*p.Len(), calls["cmdstat_get"])
+	assert.EqualValues(t, 10*len(p.Limits()), calls["cmdstat_get"])
 	delete(calls, "cmdstat_get")
 	delete(calls, "cmdstat_set")
 	assert.Equal(t, map[string]int64{"cmdstat_evalsha": 10}, calls)

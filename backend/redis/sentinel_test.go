@@ -1,4 +1,4 @@
-package redis_test
+package redisbackend_test
 
 import (
 	"context"
@@ -11,10 +11,12 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttlekit/throttlekit/backend/redis"
+	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
 	"github.com/throttlekit/throttlekit/conformance"
 	"github.com/throttlekit/throttlekit/internal/localserver"
+	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // sentinelMasterName is the name the sentinels of these tests monitor their
@@ -68,12 +70,12 @@ func newSentinelPrefix() string {
 // prefix: the backends of a subtest share state, as processes sharing the
 // primary do.
 type sentinelHarness struct {
-	client redis.Client
+	client redisbackend.Client
 	prefix string
 }
 
-func (h *sentinelHarness) MakeBackend(context.Context) (throttler.Backend, error) {
-	return redis.New(h.client, redis.WithPrefix(h.prefix))
+func (h *sentinelHarness) MakeBackend(context.Context) (driver.Backend, error) {
+	return redisbackend.New(h.client, redisbackend.WithPrefix(h.prefix))
 }
 
 // Close leaves the client open: the test that made it owns it.
@@ -104,14 +106,14 @@ func testSentinelFailoverKeepsCounts(t *testing.T) {
 	ctx := context.Background()
 	s := startSentinelSetup(t)
 	client := newSentinelFailoverClient(t, s)
-	b, err := redis.New(client, redis.WithPrefix(newSentinelPrefix()))
+	b, err := redisbackend.New(client, redisbackend.WithPrefix(newSentinelPrefix()))
 	require.NoError(t, err)
 	clock := throttler.NewManualClock(conformance.T0)
 	// The per-call timeout is generous so that a decision after the
 	// failover is never degraded by a slow machine. During the outage a call
 	// may take up to that long: go-redis retries refused dials with backoff.
-	th := throttler.New(b, throttler.WithClock(clock), throttler.WithObserver(throttler.NopObserver{}),
-		throttler.WithTimeout(5*time.Second))
+	th := testkit.Throttler(t, b, throttler.WithClock(clock), throttler.WithLogger(nil),
+		throttler.WithCallTimeout(5*time.Second))
 	p, err := throttler.ParsePolicy("sentinel-failover", "10/h fixed")
 	require.NoError(t, err)
 	const id = "user:42"

@@ -3,7 +3,7 @@
 // server, the way GitHub runs its limiter. The application, not the store,
 // picks for each identifier the group that holds its state.
 //
-// The core is generic: a Shard is a name, a primary throttler.Backend and
+// The core is generic: a Shard is a name, a primary driver.Backend and
 // replicas that are throttler.Peekers, so any backend can be a shard (New).
 // NewRedis and OpenRedis build the usual case, Redis primaries and replicas,
 // from code or from one configuration string.
@@ -146,4 +146,4 @@
 // with a path, query or fragment, a replica with its primary's address,
 // and one address used twice, within a shard or by two shards. Addresses
 // are compared as written; host names are not resolved.
-package sharded
+package shardedbackend

@@ -1,13 +1,14 @@
-package sharded
+package shardedbackend
 
 import "github.com/throttlekit/throttlekit/internal/hrw"
 
 // The routing hash is part of the on-wire contract: every process that
 // shares a set of shards must compute the same owner for an identifier, or
 // two processes would count one identifier on two shards. It is therefore
-// written out in this module (internal/hrw, shared with the memcached
-// server selector) rather than taken from hash/maphash (seeded at random per
-// process) or any package whose output might change with a version bump.
+// defined once in this module (internal/hrw, shared with the memcached
+// server selector) on xxHash, whose output is fixed by its specification,
+// rather than on hash/maphash (seeded at random per process). Golden values
+// in the tests pin it.
 // Changing it reshards every identifier.
 
 // Score returns the rendezvous (highest-random-weight) score of the shard
@@ -15,18 +16,16 @@ import "github.com/throttlekit/throttlekit/internal/hrw"
 // highest score; two shards with equal scores (a 64-bit collision) are
 // ordered by name, the smaller name winning.
 //
-// With H(s) = fmix64(FNV-1a-64(s)), MurmurHash3's 64-bit finalizer over
-// the 64-bit FNV-1a hash of the bytes of s:
+// With H(s) = XXH64(s), the 64-bit xxHash with seed 0, and le64 the
+// little-endian bytes of a 64-bit word:
 //
-//	Score(shard, identifier) = fmix64(H(identifier) XOR H(shard))
+//	Score(shard, identifier) = XXH64(le64(H(identifier)) || le64(H(shard)))
 //
-// FNV-1a alone mixes its last bytes poorly into the high bits, and
-// identifiers often differ only in their last bytes (user:41, user:42); the
-// finalizer spreads every input bit over the whole word, so the shares of
-// the shards come out even. An identifier is hashed once, whatever the
-// number of shards. The function is identical in every process and on every
-// platform, and it is part of the contract of this package: changing it
-// moves identifiers between shards.
+// xxHash spreads every input bit over the whole word, so identifiers that
+// differ only in their last bytes (user:41, user:42) still land evenly. An
+// identifier is hashed once, whatever the number of shards. The function is
+// identical in every process and on every platform, and it is part of the
+// contract of this package: changing it moves identifiers between shards.
 func Score(shard, identifier string) uint64 {
 	return hrw.Score(hrw.Hash(identifier), hrw.Hash(shard))
 }

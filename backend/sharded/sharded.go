@@ -1,25 +1,16 @@
-package sharded
+package shardedbackend
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/throttlekit/throttlekit/backend/redis"
 	"github.com/throttlekit/throttlekit/internal/hrw"
-	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
-
-// ErrBadConfig reports a layout of shards that cannot be used: no shards, an
-// empty, invalid or duplicate shard name, a nil backend, or, for the Redis
-// constructors, a malformed configuration string, a URL go-redis cannot
-// read, an unknown parameter, a replica equal to its primary or an address
-// used twice. The message names the offending part.
-var ErrBadConfig = errors.New("sharded: bad configuration")
 
 // MaxNameLen is the longest shard name, in bytes.
 const MaxNameLen = 64
@@ -34,14 +25,14 @@ type Shard struct {
 	Name string
 	// Primary decides, refunds, resets, and answers peeks when no replica
 	// can.
-	Primary throttler.Backend
+	Primary driver.Backend
 	// Replicas answer peeks, tried in turn (starting from a different one
 	// on each peek, to spread the load). They must return the states they
 	// read, even stale ones; the throttler ignores windows closed at the
 	// request's now. A Redis backend built over a replica's client
-	// (redis.New(replicaClient)) is such a Peeker: its Peek runs a
+	// (redisbackend.New(replicaClient)) is such a Peeker: its Peek runs a
 	// read-only script.
-	Replicas []throttler.Peeker
+	Replicas []driver.Peeker
 }
 
 // ShardError is the error of an operation on one shard. The throttler wraps
@@ -65,19 +56,18 @@ func (e *ShardError) Error() string {
 // Unwrap returns the shard's own error.
 func (e *ShardError) Unwrap() error { return e.Err }
 
-// Backend is a throttler.Backend over named shards. Every operation for an
+// Backend is a driver.Backend over named shards. Every operation for an
 // identifier goes to the one shard that owns it by rendezvous hashing over
 // the shard names (see Score): decisions, refunds and resets to its
 // primary, peeks to one of its replicas and, when no replica answers, to
 // its primary. It implements Peeker, Refunder, Resetter and Pinger; a shard
 // whose primary lacks one of these makes the operation return an error
-// wrapping throttler.ErrUnsupported for its identifiers.
+// wrapping errors.ErrUnsupported for its identifiers.
 //
-// It is safe for concurrent use. Build it with New, NewRedis or OpenRedis.
+// It is safe for concurrent use. Build it with New, or over Redis groups
+// with package redisgroups (backend/redis/groups).
 type Backend struct {
 	shards []*shard
-	// owned are the clients NewRedis made, which Close closes.
-	owned []io.Closer
 	// onReplicaError is told about every replica that failed a peek.
 	onReplicaError func(error)
 }
@@ -86,18 +76,19 @@ type Backend struct {
 type shard struct {
 	name     string
 	seed     uint64
-	primary  throttler.Backend
-	replicas []throttler.Peeker
+	primary  driver.Backend
+	replicas []driver.Peeker
 	// nextReplica rotates the replica a peek tries first.
 	nextReplica atomic.Uint32
 }
 
 var (
-	_ throttler.Backend  = (*Backend)(nil)
-	_ throttler.Peeker   = (*Backend)(nil)
-	_ throttler.Refunder = (*Backend)(nil)
-	_ throttler.Resetter = (*Backend)(nil)
-	_ throttler.Pinger   = (*Backend)(nil)
+	_ driver.Backend  = (*Backend)(nil)
+	_ driver.Peeker   = (*Backend)(nil)
+	_ driver.Refunder = (*Backend)(nil)
+	_ driver.Resetter = (*Backend)(nil)
+	_ driver.Pinger   = (*Backend)(nil)
+	_ driver.Closer   = (*Backend)(nil)
 )
 
 // Option configures a Backend.
@@ -105,7 +96,6 @@ type Option func(*options)
 
 type options struct {
 	onReplicaError func(error)
-	redisOptions   []redis.Option
 }
 
 // WithReplicaErrorHandler sets a function told about every replica that
@@ -118,16 +108,9 @@ func WithReplicaErrorHandler(f func(error)) Option {
 	return func(o *options) { o.onReplicaError = f }
 }
 
-// WithRedisOptions passes opts to every redis.New that NewRedis and
-// OpenRedis call, one per server: a key prefix (redis.WithPrefix), an
-// expiry grace. New ignores it.
-func WithRedisOptions(opts ...redis.Option) Option {
-	return func(o *options) { o.redisOptions = append(o.redisOptions, opts...) }
-}
-
 // New returns a Backend over shards, which may be any backends: memory,
 // Redis, another sharded backend. The order of shards does not matter for
-// routing. The error wraps ErrBadConfig and names the offending shard.
+// routing. The error wraps driver.ErrInvalidOption and names the offending shard.
 func New(shards []Shard, opts ...Option) (*Backend, error) {
 	var o options
 	for _, opt := range opts {
@@ -138,40 +121,40 @@ func New(shards []Shard, opts ...Option) (*Backend, error) {
 
 func newBackend(shards []Shard, o options) (*Backend, error) {
 	if len(shards) == 0 {
-		return nil, fmt.Errorf("%w: no shards", ErrBadConfig)
+		return nil, fmt.Errorf("%w: no shards", driver.ErrInvalidOption)
 	}
 	b := &Backend{shards: make([]*shard, len(shards)), onReplicaError: o.onReplicaError}
 	seen := make(map[string]bool, len(shards))
 	for i, s := range shards {
-		if err := validName(s.Name); err != nil {
-			return nil, fmt.Errorf("%w: shard %d: %w", ErrBadConfig, i, err)
+		if err := CheckName(s.Name); err != nil {
+			return nil, fmt.Errorf("%w: shard %d: %w", driver.ErrInvalidOption, i, err)
 		}
 		if seen[s.Name] {
-			return nil, fmt.Errorf("%w: duplicate shard name %q", ErrBadConfig, s.Name)
+			return nil, fmt.Errorf("%w: duplicate shard name %q", driver.ErrInvalidOption, s.Name)
 		}
 		seen[s.Name] = true
 		if s.Primary == nil {
-			return nil, fmt.Errorf("%w: shard %q: nil primary", ErrBadConfig, s.Name)
+			return nil, fmt.Errorf("%w: shard %q: nil primary", driver.ErrInvalidOption, s.Name)
 		}
 		for j, r := range s.Replicas {
 			if r == nil {
-				return nil, fmt.Errorf("%w: shard %q: replica %d is nil", ErrBadConfig, s.Name, j)
+				return nil, fmt.Errorf("%w: shard %q: replica %d is nil", driver.ErrInvalidOption, s.Name, j)
 			}
 		}
 		b.shards[i] = &shard{
 			name:     s.Name,
 			seed:     hrw.Hash(s.Name),
 			primary:  s.Primary,
-			replicas: append([]throttler.Peeker(nil), s.Replicas...),
+			replicas: append([]driver.Peeker(nil), s.Replicas...),
 		}
 	}
 	return b, nil
 }
 
-// validName reports whether name may name a shard. The character set keeps
+// CheckName reports whether name may name a shard; the error says why not. The character set keeps
 // names free of the routing hash's separator and of every delimiter of the
 // configuration string, and makes them safe to print in logs and errors.
-func validName(name string) error {
+func CheckName(name string) error {
 	if name == "" {
 		return errors.New("empty shard name")
 	}
@@ -209,7 +192,7 @@ func (b *Backend) ShardFor(identifier string) string {
 }
 
 // errNoShards is the error of a Backend not built by a constructor.
-var errNoShards = fmt.Errorf("%w: no shards (build the Backend with New, NewRedis or OpenRedis)", ErrBadConfig)
+var errNoShards = fmt.Errorf("%w: shardedbackend.Backend has no shards (build it with New)", driver.ErrNotInitialized)
 
 // route returns the shard that owns identifier (see Score), or nil for a
 // zero or nil Backend. Each shard's name hash is precomputed, so routing
@@ -229,22 +212,22 @@ func (b *Backend) route(identifier string) *shard {
 	return best
 }
 
-// Decide implements throttler.Backend on the primary of the identifier's
+// Decide implements driver.Backend on the primary of the identifier's
 // shard. Its failure is returned as a *ShardError; it concerns that shard's
 // identifiers only.
-func (b *Backend) Decide(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+func (b *Backend) Decide(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	s := b.route(req.Identifier)
 	if s == nil {
-		return throttler.Outcome{}, errNoShards
+		return driver.Outcome{}, errNoShards
 	}
 	out, err := s.primary.Decide(ctx, req)
 	if err != nil {
-		return throttler.Outcome{}, &ShardError{Shard: s.name, Op: "decide", Err: err}
+		return driver.Outcome{}, &ShardError{Shard: s.name, Op: "decide", Err: err}
 	}
 	return out, nil
 }
 
-// Peek implements throttler.Peeker. The replicas of the identifier's shard
+// Peek implements driver.Peeker. The replicas of the identifier's shard
 // are tried in turn, starting from a different one on each call; when every
 // replica fails (or the shard has none) the primary answers, with its own
 // Peek or else Decide with cost 0. Everything runs within ctx. Each replica
@@ -259,11 +242,11 @@ func (b *Backend) Decide(ctx context.Context, req throttler.Request) (throttler.
 // exact), and it can hold windows the primary has seen close; those the
 // throttler ignores, since Evaluate treats every window that ends at or
 // before the request's now as absent, whatever a replica or its TTLs say.
-func (b *Backend) Peek(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+func (b *Backend) Peek(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	req.Cost = 0
 	s := b.route(req.Identifier)
 	if s == nil {
-		return throttler.Outcome{}, errNoShards
+		return driver.Outcome{}, errNoShards
 	}
 	var errs []error
 	if n := len(s.replicas); n > 0 {
@@ -280,13 +263,13 @@ func (b *Backend) Peek(ctx context.Context, req throttler.Request) (throttler.Ou
 			}
 			errs = append(errs, err)
 			if ctx.Err() != nil {
-				return throttler.Outcome{}, &ShardError{Shard: s.name, Op: "peek", Err: errors.Join(errs...)}
+				return driver.Outcome{}, &ShardError{Shard: s.name, Op: "peek", Err: errors.Join(errs...)}
 			}
 		}
 	}
-	var out throttler.Outcome
+	var out driver.Outcome
 	var err error
-	if pk, ok := s.primary.(throttler.Peeker); ok {
+	if pk, ok := s.primary.(driver.Peeker); ok {
 		out, err = pk.Peek(ctx, req)
 	} else {
 		out, err = s.primary.Decide(ctx, req)
@@ -295,14 +278,14 @@ func (b *Backend) Peek(ctx context.Context, req throttler.Request) (throttler.Ou
 		if len(errs) > 0 {
 			err = fmt.Errorf("primary: %w", err)
 		}
-		return throttler.Outcome{}, &ShardError{Shard: s.name, Op: "peek", Err: errors.Join(append(errs, err)...)}
+		return driver.Outcome{}, &ShardError{Shard: s.name, Op: "peek", Err: errors.Join(append(errs, err)...)}
 	}
 	return out, nil
 }
 
 // peekWithin runs one replica's peek with at most half of ctx's remaining
 // time, keeping the rest for the servers after it.
-func peekWithin(ctx context.Context, replica throttler.Peeker, req throttler.Request) (throttler.Outcome, error) {
+func peekWithin(ctx context.Context, replica driver.Peeker, req driver.Request) (driver.Outcome, error) {
 	if deadline, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Until(deadline)/2)
@@ -311,38 +294,38 @@ func peekWithin(ctx context.Context, replica throttler.Peeker, req throttler.Req
 	return replica.Peek(ctx, req)
 }
 
-// Refund implements throttler.Refunder on the primary of the identifier's
+// Refund implements driver.Refunder on the primary of the identifier's
 // shard. A primary without Refunder gives an error wrapping
-// throttler.ErrUnsupported.
-func (b *Backend) Refund(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+// errors.ErrUnsupported.
+func (b *Backend) Refund(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	s := b.route(req.Identifier)
 	if s == nil {
-		return throttler.Outcome{}, errNoShards
+		return driver.Outcome{}, errNoShards
 	}
-	rf, ok := s.primary.(throttler.Refunder)
+	rf, ok := s.primary.(driver.Refunder)
 	if !ok {
-		return throttler.Outcome{}, &ShardError{Shard: s.name, Op: "refund",
-			Err: fmt.Errorf("%w: the primary cannot refund", throttler.ErrUnsupported)}
+		return driver.Outcome{}, &ShardError{Shard: s.name, Op: "refund",
+			Err: fmt.Errorf("%w: the primary cannot refund", errors.ErrUnsupported)}
 	}
 	out, err := rf.Refund(ctx, req)
 	if err != nil {
-		return throttler.Outcome{}, &ShardError{Shard: s.name, Op: "refund", Err: err}
+		return driver.Outcome{}, &ShardError{Shard: s.name, Op: "refund", Err: err}
 	}
 	return out, nil
 }
 
-// Reset implements throttler.Resetter on the primary of the identifier's
+// Reset implements driver.Resetter on the primary of the identifier's
 // shard. A primary without Resetter gives an error wrapping
-// throttler.ErrUnsupported.
-func (b *Backend) Reset(ctx context.Context, p *throttler.Policy, identifier string) error {
+// errors.ErrUnsupported.
+func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string) error {
 	s := b.route(identifier)
 	if s == nil {
 		return errNoShards
 	}
-	rs, ok := s.primary.(throttler.Resetter)
+	rs, ok := s.primary.(driver.Resetter)
 	if !ok {
 		return &ShardError{Shard: s.name, Op: "reset",
-			Err: fmt.Errorf("%w: the primary cannot reset", throttler.ErrUnsupported)}
+			Err: fmt.Errorf("%w: the primary cannot reset", errors.ErrUnsupported)}
 	}
 	if err := rs.Reset(ctx, p, identifier); err != nil {
 		return &ShardError{Shard: s.name, Op: "reset", Err: err}
@@ -350,13 +333,13 @@ func (b *Backend) Reset(ctx context.Context, p *throttler.Policy, identifier str
 	return nil
 }
 
-// Ping implements throttler.Pinger: it pings the primary and every replica
+// Ping implements driver.Pinger: it pings the primary and every replica
 // of every shard, all at once, and joins the failures, each a *ShardError
 // naming its shard and server, in shard order. Servers without Pinger count
 // as reachable. A failing replica fails Ping although peeks still work
 // through the primary: Ping is a health check, and a lost replica needs
 // attention. A Backend no constructor built has no server to ping: its
-// Ping fails, wrapping ErrBadConfig.
+// Ping fails, wrapping driver.ErrInvalidOption.
 func (b *Backend) Ping(ctx context.Context) error {
 	if b == nil || len(b.shards) == 0 {
 		return errNoShards
@@ -366,7 +349,7 @@ func (b *Backend) Ping(ctx context.Context) error {
 	for i, s := range b.shards {
 		errs[i] = make([]error, 1+len(s.replicas))
 		ping := func(slot int, server string, target any) {
-			pg, ok := target.(throttler.Pinger)
+			pg, ok := target.(driver.Pinger)
 			if !ok {
 				return
 			}
@@ -391,17 +374,23 @@ func (b *Backend) Ping(ctx context.Context) error {
 	return errors.Join(all...)
 }
 
-// Close closes the Redis clients that NewRedis or OpenRedis made, and
-// returns their errors joined. A Backend from New owns nothing and Close
-// does nothing: the caller closes what it built. Do not use the Backend
-// after Close.
+// Close implements driver.Closer: the Backend owns the backends it shards,
+// so it closes every primary and replica that implements driver.Closer, and
+// returns their errors joined. Do not use the Backend after Close.
 func (b *Backend) Close() error {
 	if b == nil {
 		return nil
 	}
 	var errs []error
-	for _, c := range b.owned {
-		errs = append(errs, c.Close())
+	for _, s := range b.shards {
+		if c, ok := s.primary.(driver.Closer); ok {
+			errs = append(errs, c.Close())
+		}
+		for _, r := range s.replicas {
+			if c, ok := r.(driver.Closer); ok {
+				errs = append(errs, c.Close())
+			}
+		}
 	}
 	return errors.Join(errs...)
 }

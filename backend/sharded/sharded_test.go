@@ -1,4 +1,4 @@
-package sharded
+package shardedbackend
 
 import (
 	"context"
@@ -12,8 +12,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttlekit/throttlekit/backend/memory"
+	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
+	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 var t0 = time.Date(2030, time.January, 2, 3, 4, 0, 0, time.UTC)
@@ -24,14 +26,14 @@ func newMemoryLayout(tb testing.TB, names ...string) *Backend {
 	tb.Helper()
 	shards := make([]Shard, len(names))
 	for i, name := range names {
-		shards[i] = Shard{Name: name, Primary: memory.New()}
+		shards[i] = Shard{Name: name, Primary: memorybackend.New()}
 	}
 	b, err := New(shards)
 	require.NoError(tb, err)
 	return b
 }
 
-func mustPolicy(tb testing.TB, name, limits string, opts ...throttler.PolicyOption) *throttler.Policy {
+func mustPolicy(tb testing.TB, name, limits string, opts ...throttler.Option) *throttler.Policy {
 	tb.Helper()
 	p, err := throttler.ParsePolicy(name, limits, opts...)
 	require.NoError(tb, err)
@@ -45,22 +47,22 @@ var errInjected = errors.New("injected failure")
 // failing fails every operation.
 type failing struct{ calls atomic.Int64 }
 
-func (f *failing) Decide(context.Context, throttler.Request) (throttler.Outcome, error) {
+func (f *failing) Decide(context.Context, driver.Request) (driver.Outcome, error) {
 	f.calls.Add(1)
-	return throttler.Outcome{}, errInjected
+	return driver.Outcome{}, errInjected
 }
 
-func (f *failing) Peek(context.Context, throttler.Request) (throttler.Outcome, error) {
+func (f *failing) Peek(context.Context, driver.Request) (driver.Outcome, error) {
 	f.calls.Add(1)
-	return throttler.Outcome{}, errInjected
+	return driver.Outcome{}, errInjected
 }
 
-func (f *failing) Refund(context.Context, throttler.Request) (throttler.Outcome, error) {
+func (f *failing) Refund(context.Context, driver.Request) (driver.Outcome, error) {
 	f.calls.Add(1)
-	return throttler.Outcome{}, errInjected
+	return driver.Outcome{}, errInjected
 }
 
-func (f *failing) Reset(context.Context, *throttler.Policy, string) error {
+func (f *failing) Reset(context.Context, *driver.Policy, string) error {
 	f.calls.Add(1)
 	return errInjected
 }
@@ -70,31 +72,31 @@ func (f *failing) Ping(context.Context) error { return errInjected }
 // hung answers a peek only when its context is done.
 type hung struct{}
 
-func (hung) Peek(ctx context.Context, _ throttler.Request) (throttler.Outcome, error) {
+func (hung) Peek(ctx context.Context, _ driver.Request) (driver.Outcome, error) {
 	<-ctx.Done()
-	return throttler.Outcome{}, ctx.Err()
+	return driver.Outcome{}, ctx.Err()
 }
 
 // recordingPeeker answers peeks from a memory backend and counts them.
 type recordingPeeker struct {
-	inner *memory.Backend
+	inner *memorybackend.Backend
 	calls atomic.Int64
 }
 
-func (r *recordingPeeker) Peek(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+func (r *recordingPeeker) Peek(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	r.calls.Add(1)
 	return r.inner.Decide(ctx, req)
 }
 
 // decideOnly hides every optional interface of a backend.
-type decideOnly struct{ inner throttler.Backend }
+type decideOnly struct{ inner driver.Backend }
 
-func (d decideOnly) Decide(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+func (d decideOnly) Decide(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	return d.inner.Decide(ctx, req)
 }
 
 func TestNewRejectsBadLayouts(t *testing.T) {
-	m := memory.New()
+	m := memorybackend.New()
 	for _, c := range []struct {
 		name   string
 		shards []Shard
@@ -107,11 +109,11 @@ func TestNewRejectsBadLayouts(t *testing.T) {
 		{"long name", []Shard{{Name: strings.Repeat("n", MaxNameLen+1), Primary: m}}, "longer than 64"},
 		{"duplicate name", []Shard{{Name: "a", Primary: m}, {Name: "b", Primary: m}, {Name: "a", Primary: m}}, `duplicate shard name "a"`},
 		{"nil primary", []Shard{{Name: "a"}}, `shard "a": nil primary`},
-		{"nil replica", []Shard{{Name: "a", Primary: m, Replicas: []throttler.Peeker{nil}}}, `shard "a": replica 0 is nil`},
+		{"nil replica", []Shard{{Name: "a", Primary: m, Replicas: []driver.Peeker{nil}}}, `shard "a": replica 0 is nil`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b, err := New(c.shards)
-			require.ErrorIs(t, err, ErrBadConfig)
+			require.ErrorIs(t, err, driver.ErrInvalidOption)
 			assert.Contains(t, err.Error(), c.want)
 			assert.Nil(t, b)
 		})
@@ -126,7 +128,7 @@ func TestNewRejectsBadLayouts(t *testing.T) {
 // policy).
 func TestDecideGoesToTheOwnerOnly(t *testing.T) {
 	ctx := context.Background()
-	stores := map[string]*memory.Backend{"a": memory.New(), "b": memory.New(), "c": memory.New()}
+	stores := map[string]*memorybackend.Backend{"a": memorybackend.New(), "b": memorybackend.New(), "c": memorybackend.New()}
 	var shards []Shard
 	for _, name := range []string{"a", "b", "c"} {
 		shards = append(shards, Shard{Name: name, Primary: stores[name]})
@@ -134,7 +136,7 @@ func TestDecideGoesToTheOwnerOnly(t *testing.T) {
 	b, err := New(shards)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a", "b", "c"}, b.Shards())
-	th := throttler.New(b, throttler.WithClock(throttler.NewManualClock(t0)))
+	th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)))
 	policies := []*throttler.Policy{mustPolicy(t, "api", "3/min"), mustPolicy(t, "search", "10/h, 1/s")}
 	want := map[string]int{}
 	for _, id := range identifiers(300) {
@@ -159,9 +161,9 @@ func TestDecideGoesToTheOwnerOnly(t *testing.T) {
 func TestFailingShardFailsOnlyItsIdentifiers(t *testing.T) {
 	ctx := context.Background()
 	broken := &failing{}
-	b, err := New([]Shard{{Name: "a", Primary: memory.New()}, {Name: "b", Primary: broken}, {Name: "c", Primary: memory.New()}})
+	b, err := New([]Shard{{Name: "a", Primary: memorybackend.New()}, {Name: "b", Primary: broken}, {Name: "c", Primary: memorybackend.New()}})
 	require.NoError(t, err)
-	th := throttler.New(b, throttler.WithClock(throttler.NewManualClock(t0)))
+	th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)))
 	p := mustPolicy(t, "api", "5/min", throttler.WithFailureMode(throttler.FailClosed))
 	degraded, exact := 0, 0
 	for _, id := range identifiers(300) {
@@ -197,14 +199,14 @@ func TestPeekUsesReplicasThenPrimary(t *testing.T) {
 	ctx := context.Background()
 	clock := throttler.NewManualClock(t0)
 	p := mustPolicy(t, "api", "5/min")
-	store := memory.New()
+	store := memorybackend.New()
 	// Both replicas read the primary's store: what a replica in sync holds.
 	r0, r1 := &recordingPeeker{inner: store}, &recordingPeeker{inner: store}
 
 	t.Run("replicas take turns", func(t *testing.T) {
-		b, err := New([]Shard{{Name: "only", Primary: store, Replicas: []throttler.Peeker{r0, r1}}})
+		b, err := New([]Shard{{Name: "only", Primary: store, Replicas: []driver.Peeker{r0, r1}}})
 		require.NoError(t, err)
-		th := throttler.New(b, throttler.WithClock(clock))
+		th := testkit.Throttler(t, b, throttler.WithClock(clock))
 		_, err = th.AllowN(ctx, p, "user:1", 2)
 		require.NoError(t, err)
 		for range 10 {
@@ -221,10 +223,10 @@ func TestPeekUsesReplicasThenPrimary(t *testing.T) {
 		bad := &failing{}
 		var reported []error
 		var mu sync.Mutex
-		b, err := New([]Shard{{Name: "only", Primary: store, Replicas: []throttler.Peeker{bad, r0}}},
+		b, err := New([]Shard{{Name: "only", Primary: store, Replicas: []driver.Peeker{bad, r0}}},
 			WithReplicaErrorHandler(func(err error) { mu.Lock(); reported = append(reported, err); mu.Unlock() }))
 		require.NoError(t, err)
-		th := throttler.New(b, throttler.WithClock(clock))
+		th := testkit.Throttler(t, b, throttler.WithClock(clock))
 		before := r0.calls.Load()
 		for range 4 {
 			r, err := th.Peek(ctx, p, "user:1")
@@ -243,9 +245,9 @@ func TestPeekUsesReplicasThenPrimary(t *testing.T) {
 
 	t.Run("every replica failed: primary answers", func(t *testing.T) {
 		bad0, bad1 := &failing{}, &failing{}
-		b, err := New([]Shard{{Name: "only", Primary: store, Replicas: []throttler.Peeker{bad0, bad1}}})
+		b, err := New([]Shard{{Name: "only", Primary: store, Replicas: []driver.Peeker{bad0, bad1}}})
 		require.NoError(t, err)
-		th := throttler.New(b, throttler.WithClock(clock))
+		th := testkit.Throttler(t, b, throttler.WithClock(clock))
 		r, err := th.Peek(ctx, p, "user:1")
 		require.NoError(t, err)
 		require.False(t, r.Degraded)
@@ -255,9 +257,9 @@ func TestPeekUsesReplicasThenPrimary(t *testing.T) {
 	})
 
 	t.Run("nobody answers: every error joined", func(t *testing.T) {
-		b, err := New([]Shard{{Name: "only", Primary: &failing{}, Replicas: []throttler.Peeker{&failing{}, &failing{}}}})
+		b, err := New([]Shard{{Name: "only", Primary: &failing{}, Replicas: []driver.Peeker{&failing{}, &failing{}}}})
 		require.NoError(t, err)
-		_, err = b.Peek(ctx, throttler.Request{Policy: p, Identifier: "user:1", Now: t0})
+		_, err = b.Peek(ctx, driver.Request{Policy: testkit.Compile(t, p), Identifier: "user:1", Now: t0})
 		var se *ShardError
 		require.ErrorAs(t, err, &se)
 		assert.Equal(t, "peek", se.Op)
@@ -268,31 +270,31 @@ func TestPeekUsesReplicasThenPrimary(t *testing.T) {
 	})
 
 	t.Run("a hung replica leaves the primary time", func(t *testing.T) {
-		b, err := New([]Shard{{Name: "only", Primary: store, Replicas: []throttler.Peeker{hung{}}}})
+		b, err := New([]Shard{{Name: "only", Primary: store, Replicas: []driver.Peeker{hung{}}}})
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		out, err := b.Peek(ctx, throttler.Request{Policy: p, Identifier: "user:1", Now: t0})
+		out, err := b.Peek(ctx, driver.Request{Policy: testkit.Compile(t, p), Identifier: "user:1", Now: t0})
 		require.NoError(t, err)
 		assert.EqualValues(t, 2, out.States[0].Used)
 	})
 
 	t.Run("caller gone: no fallback", func(t *testing.T) {
 		primary := &failing{}
-		b, err := New([]Shard{{Name: "only", Primary: primary, Replicas: []throttler.Peeker{hung{}}}})
+		b, err := New([]Shard{{Name: "only", Primary: primary, Replicas: []driver.Peeker{hung{}}}})
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(ctx)
 		cancel()
-		_, err = b.Peek(ctx, throttler.Request{Policy: p, Identifier: "user:1", Now: t0})
+		_, err = b.Peek(ctx, driver.Request{Policy: testkit.Compile(t, p), Identifier: "user:1", Now: t0})
 		require.ErrorIs(t, err, context.Canceled)
 		assert.Zero(t, primary.calls.Load())
 	})
 
 	t.Run("a peek never writes", func(t *testing.T) {
-		fresh := memory.New()
+		fresh := memorybackend.New()
 		b, err := New([]Shard{{Name: "only", Primary: decideOnly{fresh}}})
 		require.NoError(t, err)
-		out, err := b.Peek(ctx, throttler.Request{Policy: p, Identifier: "user:9", Cost: 3, Now: t0})
+		out, err := b.Peek(ctx, driver.Request{Policy: testkit.Compile(t, p), Identifier: "user:9", Cost: 3, Now: t0})
 		require.NoError(t, err)
 		assert.True(t, out.Allowed)
 		assert.Zero(t, fresh.Len())
@@ -302,7 +304,7 @@ func TestPeekUsesReplicasThenPrimary(t *testing.T) {
 func TestRefundAndResetGoToTheOwner(t *testing.T) {
 	ctx := context.Background()
 	b := newMemoryLayout(t, "a", "b", "c")
-	th := throttler.New(b, throttler.WithClock(throttler.NewManualClock(t0)))
+	th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)))
 	p := mustPolicy(t, "api", "5/min")
 	for _, id := range identifiers(30) {
 		_, err := th.AllowN(ctx, p, id, 3)
@@ -319,14 +321,14 @@ func TestRefundAndResetGoToTheOwner(t *testing.T) {
 
 func TestUnsupportedOperations(t *testing.T) {
 	ctx := context.Background()
-	b, err := New([]Shard{{Name: "a", Primary: decideOnly{memory.New()}}})
+	b, err := New([]Shard{{Name: "a", Primary: decideOnly{memorybackend.New()}}})
 	require.NoError(t, err)
 	p := mustPolicy(t, "api", "5/min")
-	_, err = b.Refund(ctx, throttler.Request{Policy: p, Identifier: "x", Cost: 1, Now: t0})
-	require.ErrorIs(t, err, throttler.ErrUnsupported)
+	_, err = b.Refund(ctx, driver.Request{Policy: testkit.Compile(t, p), Identifier: "x", Cost: 1, Now: t0})
+	require.ErrorIs(t, err, errors.ErrUnsupported)
 	assert.Contains(t, err.Error(), `shard "a": refund`)
-	err = b.Reset(ctx, p, "x")
-	require.ErrorIs(t, err, throttler.ErrUnsupported)
+	err = b.Reset(ctx, testkit.Compile(t, p), "x")
+	require.ErrorIs(t, err, errors.ErrUnsupported)
 	assert.Contains(t, err.Error(), `shard "a": reset`)
 	assert.NoError(t, b.Ping(ctx), "a backend without Pinger counts as reachable")
 }
@@ -336,11 +338,11 @@ func TestForwardedErrorsNameTheShard(t *testing.T) {
 	b, err := New([]Shard{{Name: "down", Primary: &failing{}}})
 	require.NoError(t, err)
 	p := mustPolicy(t, "api", "5/min")
-	req := throttler.Request{Policy: p, Identifier: "x", Cost: 1, Now: t0}
+	req := driver.Request{Policy: testkit.Compile(t, p), Identifier: "x", Cost: 1, Now: t0}
 	_, err = b.Refund(ctx, req)
 	assert.ErrorIs(t, err, errInjected)
 	assert.Contains(t, err.Error(), `shard "down": refund`)
-	err = b.Reset(ctx, p, "x")
+	err = b.Reset(ctx, testkit.Compile(t, p), "x")
 	assert.ErrorIs(t, err, errInjected)
 	assert.Contains(t, err.Error(), `shard "down": reset`)
 }
@@ -348,9 +350,9 @@ func TestForwardedErrorsNameTheShard(t *testing.T) {
 func TestPingJoinsEveryServersFailure(t *testing.T) {
 	ctx := context.Background()
 	b, err := New([]Shard{
-		{Name: "a", Primary: memory.New()},
-		{Name: "b", Primary: &failing{}, Replicas: []throttler.Peeker{&failing{}}},
-		{Name: "c", Primary: memory.New(), Replicas: []throttler.Peeker{&recordingPeeker{}, &failing{}}},
+		{Name: "a", Primary: memorybackend.New()},
+		{Name: "b", Primary: &failing{}, Replicas: []driver.Peeker{&failing{}}},
+		{Name: "c", Primary: memorybackend.New(), Replicas: []driver.Peeker{&recordingPeeker{}, &failing{}}},
 	})
 	require.NoError(t, err)
 	err = b.Ping(ctx)
@@ -364,7 +366,7 @@ func TestPingJoinsEveryServersFailure(t *testing.T) {
 
 	healthy := newMemoryLayout(t, "a", "b")
 	assert.NoError(t, healthy.Ping(ctx))
-	th := throttler.New(b)
+	th := testkit.Throttler(t, b)
 	assert.ErrorIs(t, th.Ping(ctx), throttler.ErrBackend)
 }
 
@@ -380,7 +382,7 @@ func TestCloseOfAGenericBackendDoesNothing(t *testing.T) {
 func TestConcurrentDecisionsAreExact(t *testing.T) {
 	ctx := context.Background()
 	b := newMemoryLayout(t, "a", "b", "c")
-	th := throttler.New(b, throttler.WithClock(throttler.NewManualClock(t0)))
+	th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)))
 	p := mustPolicy(t, "api", "50/min")
 	ids := identifiers(6)
 	var allowed [6]atomic.Int64
@@ -405,28 +407,33 @@ func TestConcurrentDecisionsAreExact(t *testing.T) {
 }
 
 // A Backend no constructor built, zero or nil, fails every operation with
-// ErrBadConfig, its health check included, and panics nowhere.
+// driver.ErrNotInitialized, its health check included, and panics nowhere;
+// a throttler returns that error instead of failing open.
 func TestZeroBackendFailsWithoutPanicking(t *testing.T) {
 	ctx := context.Background()
 	p := mustPolicy(t, "api", "5/min")
-	req := throttler.Request{Policy: p, Identifier: "x", Cost: 1, Now: t0}
+	req := driver.Request{Policy: testkit.Compile(t, p), Identifier: "x", Cost: 1, Now: t0}
 	for name, b := range map[string]*Backend{"zero": {}, "nil": nil} {
 		_, err := b.Decide(ctx, req)
-		assert.ErrorIs(t, err, ErrBadConfig, name)
+		assert.ErrorIs(t, err, driver.ErrNotInitialized, name)
 		_, err = b.Peek(ctx, req)
-		assert.ErrorIs(t, err, ErrBadConfig, name)
+		assert.ErrorIs(t, err, driver.ErrNotInitialized, name)
 		_, err = b.Refund(ctx, req)
-		assert.ErrorIs(t, err, ErrBadConfig, name)
-		assert.ErrorIs(t, b.Reset(ctx, p, "x"), ErrBadConfig, name)
+		assert.ErrorIs(t, err, driver.ErrNotInitialized, name)
+		assert.ErrorIs(t, b.Reset(ctx, testkit.Compile(t, p), "x"), driver.ErrNotInitialized, name)
 		assert.Equal(t, "", b.ShardFor("x"), name)
 		assert.Empty(t, b.Shards(), name)
-		assert.ErrorIs(t, b.Ping(ctx), ErrBadConfig, name, "a backend with no server is not healthy")
+		assert.ErrorIs(t, b.Ping(ctx), driver.ErrNotInitialized, name, "a backend with no server is not healthy")
 		assert.NoError(t, b.Close(), name)
 
-		th := throttler.New(b, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithObserver(throttler.NopObserver{}))
-		r, err := th.Allow(ctx, p, "x")
-		require.NoError(t, err, name)
-		assert.True(t, r.Degraded, name)
-		assert.ErrorIs(t, th.Ping(ctx), ErrBadConfig, name)
+		if b != nil {
+			th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithLogger(nil))
+			_, err := th.Allow(ctx, p, "x")
+			assert.ErrorIs(t, err, throttler.ErrNotInitialized, name)
+			assert.ErrorIs(t, th.Ping(ctx), throttler.ErrNotInitialized, name)
+		} else {
+			_, err := throttler.New(b)
+			assert.ErrorIs(t, err, throttler.ErrNotInitialized, name)
+		}
 	}
 }

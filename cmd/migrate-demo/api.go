@@ -38,7 +38,7 @@ const resourceName = "core"
 // client's token (tokens never reach the stores in the clear). Every
 // response, allowed or denied, names the store that decided it.
 func newAPI(th *throttler.Throttler, policy *throttler.Policy) (http.Handler, error) {
-	lim, err := middleware.New(th, []middleware.Subject{{
+	lim, err := middleware.New(th, []middleware.Rule{{
 		Policy:   policy,
 		Identify: middleware.Hashed(middleware.Header(tokenHeader)),
 		Resource: resourceName,

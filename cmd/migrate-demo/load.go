@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/throttlekit/throttlekit/middleware"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -16,7 +17,6 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttlekit/rollout"
-	"github.com/throttlekit/throttlekit/throttler"
 )
 
 // observation is what a client reads from one response.
@@ -59,18 +59,18 @@ func readObservation(status int, h http.Header, received time.Time) (observation
 		return o, fmt.Errorf("%w: no %s header", errBadResponse, headerSide)
 	}
 	o.store = h.Get(headerStore)
-	if h.Get(throttler.HeaderDegraded) == "1" {
+	if h.Get(middleware.HeaderDegraded) == "1" {
 		o.degraded = true
 		return o, nil
 	}
 	var ok bool
-	if o.member, o.r, ok = parseRateLimit(h.Get(throttler.HeaderRateLimit)); !ok {
-		return o, fmt.Errorf("%w: RateLimit %q", errBadResponse, h.Get(throttler.HeaderRateLimit))
+	if o.member, o.r, ok = parseRateLimit(h.Get(middleware.HeaderRateLimit)); !ok {
+		return o, fmt.Errorf("%w: RateLimit %q", errBadResponse, h.Get(middleware.HeaderRateLimit))
 	}
 	for _, f := range []struct {
 		name string
 		dst  *int64
-	}{{throttler.HeaderReset, &o.reset}, {throttler.HeaderUsed, &o.used}, {throttler.HeaderRemaining, &o.remaining}} {
+	}{{middleware.HeaderReset, &o.reset}, {middleware.HeaderUsed, &o.used}, {middleware.HeaderRemaining, &o.remaining}} {
 		v, err := strconv.ParseInt(h.Get(f.name), 10, 64)
 		if err != nil {
 			return o, fmt.Errorf("%w: %s %q", errBadResponse, f.name, h.Get(f.name))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/throttlekit/throttlekit/rollout/unleashflag"
 	"io"
 	"net/http"
 	"strings"
@@ -26,7 +27,7 @@ type flagSource struct {
 	// static is set for a static percentage, which the demo ramps itself.
 	static *rollout.StaticSource
 	// unleash is set when an Unleash server says the percentage.
-	unleash *rollout.UnleashSource
+	unleash *unleashflag.Source
 }
 
 func (f flagSource) name() string {
@@ -92,14 +93,16 @@ func run(ctx context.Context, cfg Config, out io.Writer) (Verdict, error) {
 		return Verdict{}, err
 	}
 	var backendErrs errorSamples
-	th := throttler.New(rb,
-		throttler.WithClock(throttler.SystemClock{}), // a real run on the wall clock
-		throttler.WithTimeout(cfg.CallTimeout),
-		throttler.WithObserver(throttler.ObserverFunc(func(e throttler.Event) {
+	th, err := throttler.New(rb, // a real run on the wall clock
+		throttler.WithCallTimeout(cfg.CallTimeout),
+		throttler.WithObserver(throttler.ObserverFunc(func(_ context.Context, e throttler.Event) {
 			if e.Err != nil {
 				backendErrs.add(e.Err)
 			}
 		})))
+	if err != nil {
+		return Verdict{}, err
+	}
 	handler, err := newAPI(th, policy)
 	if err != nil {
 		return Verdict{}, err
@@ -117,7 +120,7 @@ func run(ctx context.Context, cfg Config, out io.Writer) (Verdict, error) {
 	// Start the clients over the shortest window (within the first phase),
 	// so that their windows are out of step and phase boundaries, where
 	// identifiers move, fall at every point of a window.
-	stagger := min(policy.Limit(0).Window, cfg.PhaseDuration/2)
+	stagger := min(policy.Limits()[0].Window, cfg.PhaseDuration/2)
 	for _, l := range policy.Limits() {
 		stagger = min(stagger, l.Window)
 	}
@@ -283,8 +286,8 @@ func openFlagSource(ctx context.Context, cfg Config, out io.Writer) (flagSource,
 	if cfg.UnleashToken != "" {
 		opts = append(opts, unleash.WithCustomHeaders(http.Header{"Authorization": {cfg.UnleashToken}}))
 	}
-	s, err := rollout.NewUnleashSource(cfg.UnleashFeature, rollout.WithUnleashConfig(opts...),
-		rollout.WithUnleashErrorHandler(func(err error) { lastErr.Store(&err) }))
+	s, err := unleashflag.New(cfg.UnleashFeature, unleashflag.WithClientOptions(opts...),
+		unleashflag.WithErrorHandler(func(err error) { lastErr.Store(&err) }))
 	if err != nil {
 		return flagSource{}, fmt.Errorf("unleash: %w", err)
 	}

@@ -4,19 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	redisgroups "github.com/throttlekit/throttlekit/backend/redis/groups"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/throttlekit/throttlekit/backend/memcached"
-	"github.com/throttlekit/throttlekit/backend/memory"
-	"github.com/throttlekit/throttlekit/backend/redis"
-	"github.com/throttlekit/throttlekit/backend/sharded"
+	memcachedbackend "github.com/throttlekit/throttlekit/backend/memcached"
+	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
+	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
+	shardedbackend "github.com/throttlekit/throttlekit/backend/sharded"
 	"github.com/throttlekit/throttlekit/internal/localserver"
 	"github.com/throttlekit/throttlekit/rollout"
-	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // shardNames are the two primary/replica groups of the new side.
@@ -49,11 +50,11 @@ func (e *MissingServersError) Error() string {
 type stores struct {
 	// old is the backend identifiers leave (memcached, or memory), new the
 	// one they move to (sharded Redis, or sharded memory).
-	old, new throttler.Backend
+	old, new driver.Backend
 	// shards is the new side's sharded backend, for its layout.
-	shards *sharded.Backend
+	shards *shardedbackend.Backend
 	// legacy is the memcached backend, for its counters; nil in memory.
-	legacy *memcached.Backend
+	legacy *memcachedbackend.Backend
 	// description holds one line per store, for the run's header.
 	description []string
 	// closers run in reverse order on Close: clients, then servers.
@@ -99,16 +100,16 @@ func openStores(ctx context.Context, cfg Config, keyPrefix string) (st *stores, 
 		shardConfig = firstNonEmpty(shardConfig, started.shards)
 	}
 
-	client, err := memcached.NewClient(cfg.CallTimeout, memcachedAddr)
+	client, err := memcachedbackend.NewClient(cfg.CallTimeout, memcachedAddr)
 	if err != nil {
 		return st, fmt.Errorf("memcached %q: %w", memcachedAddr, err)
 	}
 	st.closers = append(st.closers, client.Close)
-	oldBackend, err := memcached.New(client, memcached.WithPrefix(keyPrefix))
+	oldBackend, err := memcachedbackend.New(client, memcachedbackend.WithPrefix(keyPrefix))
 	if err != nil {
 		return st, err
 	}
-	shards, err := sharded.OpenRedis(shardConfig, sharded.WithRedisOptions(redis.WithPrefix(keyPrefix+":")))
+	shards, err := redisgroups.Open(shardConfig, redisgroups.WithBackendOptions(redisbackend.WithPrefix(keyPrefix+":")))
 	if err != nil {
 		return st, fmt.Errorf("redis shards: %w", err)
 	}
@@ -137,16 +138,16 @@ func openStores(ctx context.Context, cfg Config, keyPrefix string) (st *stores, 
 // sharded backend over two memory shards (sharded's generic core takes any
 // backend as a shard).
 func (st *stores) openEmbedded() error {
-	var layout []sharded.Shard
+	var layout []shardedbackend.Shard
 	for _, name := range shardNames {
-		layout = append(layout, sharded.Shard{Name: name, Primary: memory.New()})
+		layout = append(layout, shardedbackend.Shard{Name: name, Primary: memorybackend.New()})
 	}
-	shards, err := sharded.New(layout)
+	shards, err := shardedbackend.New(layout)
 	if err != nil {
 		return err
 	}
 	st.shards = shards
-	st.old = labelled{backend: memory.New(), side: rollout.SideOld, label: constLabel("memory")}
+	st.old = labelled{backend: memorybackend.New(), side: rollout.SideOld, label: constLabel("memory")}
 	st.new = labelled{backend: shards, side: rollout.SideNew, label: shardLabel("memory", shards)}
 	st.description = append(st.description,
 		"old: in-memory backend (backend/memory), standing in for memcached",
@@ -179,7 +180,7 @@ func checkBinaries(cfg Config) error {
 // startedServers are the addresses of the servers the demo started.
 type startedServers struct {
 	memcached string
-	shards    string // in sharded.ParseConfig's grammar
+	shards    string // in redisgroups.Parse's grammar
 }
 
 // startServers starts, on free loopback ports, a memcached and/or two Redis
@@ -250,7 +251,7 @@ func (st *stores) startServers(wantMemcached, wantRedis bool) (startedServers, e
 // describeShards shows a shard configuration without passwords: each shard
 // name with its primary and replica addresses.
 func describeShards(config string) string {
-	layout, err := sharded.ParseConfig(config)
+	layout, err := redisgroups.Parse(config)
 	if err != nil {
 		return "(unreadable configuration)"
 	}
@@ -304,62 +305,62 @@ func note(ctx context.Context, side rollout.Side, label string) {
 // called. It forwards every optional interface, with the throttler's own
 // fallbacks where the wrapped backend lacks one.
 type labelled struct {
-	backend throttler.Backend
+	backend driver.Backend
 	side    rollout.Side
 	label   func(identifier string) string
 }
 
 var (
-	_ throttler.Backend  = labelled{}
-	_ throttler.Peeker   = labelled{}
-	_ throttler.Refunder = labelled{}
-	_ throttler.Resetter = labelled{}
-	_ throttler.Pinger   = labelled{}
+	_ driver.Backend  = labelled{}
+	_ driver.Peeker   = labelled{}
+	_ driver.Refunder = labelled{}
+	_ driver.Resetter = labelled{}
+	_ driver.Pinger   = labelled{}
 )
 
 func constLabel(name string) func(string) string { return func(string) string { return name } }
 
-func shardLabel(kind string, b *sharded.Backend) func(string) string {
+func shardLabel(kind string, b *shardedbackend.Backend) func(string) string {
 	return func(id string) string { return kind + "/" + b.ShardFor(id) }
 }
 
-// Decide implements throttler.Backend.
-func (l labelled) Decide(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+// Decide implements driver.Backend.
+func (l labelled) Decide(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	note(ctx, l.side, l.label(req.Identifier))
 	return l.backend.Decide(ctx, req)
 }
 
-// Peek implements throttler.Peeker; without one below, Decide with cost 0.
-func (l labelled) Peek(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+// Peek implements driver.Peeker; without one below, Decide with cost 0.
+func (l labelled) Peek(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	note(ctx, l.side, l.label(req.Identifier))
-	if pk, ok := l.backend.(throttler.Peeker); ok {
+	if pk, ok := l.backend.(driver.Peeker); ok {
 		return pk.Peek(ctx, req)
 	}
 	req.Cost = 0
 	return l.backend.Decide(ctx, req)
 }
 
-// Refund implements throttler.Refunder.
-func (l labelled) Refund(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
-	rf, ok := l.backend.(throttler.Refunder)
+// Refund implements driver.Refunder.
+func (l labelled) Refund(ctx context.Context, req driver.Request) (driver.Outcome, error) {
+	rf, ok := l.backend.(driver.Refunder)
 	if !ok {
-		return throttler.Outcome{}, fmt.Errorf("%w: refund", throttler.ErrUnsupported)
+		return driver.Outcome{}, fmt.Errorf("%w: refund", errors.ErrUnsupported)
 	}
 	return rf.Refund(ctx, req)
 }
 
-// Reset implements throttler.Resetter.
-func (l labelled) Reset(ctx context.Context, p *throttler.Policy, identifier string) error {
-	rs, ok := l.backend.(throttler.Resetter)
+// Reset implements driver.Resetter.
+func (l labelled) Reset(ctx context.Context, p *driver.Policy, identifier string) error {
+	rs, ok := l.backend.(driver.Resetter)
 	if !ok {
-		return fmt.Errorf("%w: reset", throttler.ErrUnsupported)
+		return fmt.Errorf("%w: reset", errors.ErrUnsupported)
 	}
 	return rs.Reset(ctx, p, identifier)
 }
 
-// Ping implements throttler.Pinger; a backend without one is reachable.
+// Ping implements driver.Pinger; a backend without one is reachable.
 func (l labelled) Ping(ctx context.Context) error {
-	if pg, ok := l.backend.(throttler.Pinger); ok {
+	if pg, ok := l.backend.(driver.Pinger); ok {
 		return pg.Ping(ctx)
 	}
 	return nil

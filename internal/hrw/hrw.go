@@ -4,43 +4,34 @@
 //
 // # The function
 //
-//	Hash(s)        = fmix64(FNV-1a-64(s))
-//	Score(key, node) = fmix64(key ^ node)
+//	Hash(s)          = XXH64(s, seed 0)
+//	Score(key, node) = XXH64(le64(key) || le64(node), seed 0)
 //
-// FNV-1a is the 64-bit variant (offset 14695981039346656037, prime
-// 1099511628211); fmix64 is MurmurHash3's 64-bit finalizer (shifts of 33,
-// multipliers 0xff51afd7ed558ccd and 0xc4ceb9fe1a85ec53). FNV-1a alone mixes
-// its last bytes poorly into the high bits, and keys often differ only
-// there (user:41, user:42); the finalizer spreads every input bit over the
-// whole word, so nodes get even shares, and applying it again to the XOR
-// makes one key's scores for different nodes independent. A key is hashed
-// once, whatever the number of nodes.
+// XXH64 is the maintained github.com/cespare/xxhash/v2, which go-redis
+// already brings into the module. It mixes every input bit into the whole
+// word, so keys that differ only in their last bytes (user:41, user:42)
+// spread evenly, and hashing the pair makes one key's scores for different
+// nodes independent. A key is hashed once, whatever the number of nodes.
 //
-// The function is identical in every process and on every platform. It is
-// part of the routing contract of its users: changing it moves keys between
-// nodes.
+// The function is identical in every process and on every platform, and
+// golden values pin it: it is part of the routing contract of its users,
+// and changing it moves keys between nodes.
 package hrw
 
-// Hash returns fmix64 of the 64-bit FNV-1a hash of s.
-func Hash(s string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
-	return fmix64(h)
-}
+import (
+	"encoding/binary"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Hash returns the 64-bit xxHash of s.
+func Hash(s string) uint64 { return xxhash.Sum64String(s) }
 
 // Score returns the weight of a node for a key, from their hashes. The
 // node with the highest score owns the key.
-func Score(keyHash, nodeHash uint64) uint64 { return fmix64(keyHash ^ nodeHash) }
-
-// fmix64 is MurmurHash3's 64-bit finalizer.
-func fmix64(h uint64) uint64 {
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	h ^= h >> 33
-	return h
+func Score(keyHash, nodeHash uint64) uint64 {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], keyHash)
+	binary.LittleEndian.PutUint64(b[8:], nodeHash)
+	return xxhash.Sum64(b[:])
 }

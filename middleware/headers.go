@@ -1,10 +1,12 @@
-package throttler
+package middleware
 
 import (
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/throttlekit/throttlekit/throttler"
 )
 
 // Names of the response header fields WriteHeaders sets.
@@ -62,8 +64,9 @@ type HeaderOptions struct {
 }
 
 // WriteHeaders sets the rate-limit response headers that describe r on h,
-// replacing any values h holds for them. now is the moment the response is
-// made; only the IETF RateLimit field's reset parameter depends on it. p
+// replacing any values h holds for them. r.At, the moment of the decision,
+// is taken as the moment of the response; only the IETF RateLimit field's
+// reset parameter depends on it. p
 // must be the policy r was decided under; it supplies the list members of
 // RateLimit-Policy and the GCRA rate. With a nil p, RateLimit-Policy is
 // left out.
@@ -103,7 +106,8 @@ type HeaderOptions struct {
 // and "<resource>:<limit name>" otherwise. Names are Structured Field
 // strings: printable ASCII, with '"' and '\' escaped and any other byte
 // written as %XX.
-func (r Result) WriteHeaders(h http.Header, now time.Time, p *Policy, opts HeaderOptions) {
+func WriteHeaders(h http.Header, r throttler.Result, p *throttler.Policy, opts HeaderOptions) {
+	now := r.At
 	if len(r.Limits) == 0 {
 		return
 	}
@@ -126,7 +130,7 @@ func (r Result) WriteHeaders(h http.Header, now time.Time, p *Policy, opts Heade
 			}
 			h.Set(HeaderRemaining, strconv.FormatInt(remaining, 10))
 			h.Set(HeaderUsed, strconv.FormatInt(used, 10))
-			h.Set(HeaderReset, strconv.FormatInt(CeilUnix(r.ResetAt), 10))
+			h.Set(HeaderReset, strconv.FormatInt(ceilUnix(r.ResetAt), 10))
 		} else {
 			h.Del(HeaderRemaining)
 			h.Del(HeaderUsed)
@@ -134,24 +138,24 @@ func (r Result) WriteHeaders(h http.Header, now time.Time, p *Policy, opts Heade
 		}
 	}
 	if !opts.OmitRateLimitPolicy && p != nil {
-		h.Set(HeaderRateLimitPolicy, RateLimitPolicyValue(p, opts.Resource))
+		h.Set(HeaderRateLimitPolicy, rateLimitPolicyValue(p, opts.Resource))
 	}
 	if !opts.OmitRateLimit {
 		if stateKnown {
-			h.Set(HeaderRateLimit, r.RateLimitValue(now, opts.Resource))
+			h.Set(HeaderRateLimit, rateLimitValue(r, now, opts.Resource))
 		} else {
 			h.Del(HeaderRateLimit)
 		}
 	}
 	if !opts.OmitRetryAfter {
-		if secs, ok := r.RetryAfterSeconds(); ok {
+		if secs, ok := retryAfterSeconds(r); ok {
 			h.Set(HeaderRetryAfter, strconv.FormatInt(secs, 10))
 		} else {
 			h.Del(HeaderRetryAfter)
 		}
 	}
 	if !opts.OmitDegraded {
-		if r.anyDegraded() {
+		if anyDegraded(r) {
 			h.Set(HeaderDegraded, "1")
 		} else {
 			h.Del(HeaderDegraded)
@@ -159,21 +163,21 @@ func (r Result) WriteHeaders(h http.Header, now time.Time, p *Policy, opts Heade
 	}
 }
 
-// RetryAfterSeconds returns the Retry-After value of r: r.RetryAfter in
+// retryAfterSeconds returns the Retry-After value of r: r.RetryAfter in
 // whole seconds, rounded up, and true for a denial that can succeed later;
 // 0 and false for an allowed request or one that can never be allowed.
-func (r Result) RetryAfterSeconds() (int64, bool) {
-	if r.Allowed || r.NeverAllowed || r.RetryAfter == Never {
+func retryAfterSeconds(r throttler.Result) (int64, bool) {
+	if r.Allowed || r.NeverAllowed || r.RetryAfter == throttler.Never {
 		return 0, false
 	}
-	return max(CeilSeconds(r.RetryAfter), 1), true
+	return max(ceilSeconds(r.RetryAfter), 1), true
 }
 
-// RateLimitValue returns the IETF RateLimit field value for r: one list
+// rateLimitValue returns the IETF RateLimit field value for r: one list
 // member for the binding limit, "<name>";r=<remaining>;t=<seconds>, as
 // WriteHeaders describes. resource replaces the policy's name when not
 // empty. It returns "" for a Result without limits.
-func (r Result) RateLimitValue(now time.Time, resource string) string {
+func rateLimitValue(r throttler.Result, now time.Time, resource string) string {
 	if len(r.Limits) == 0 {
 		return ""
 	}
@@ -190,60 +194,63 @@ func (r Result) RateLimitValue(now time.Time, resource string) string {
 	b.WriteString(strconv.FormatInt(min(remaining, maxSFInteger), 10))
 	var reset int64
 	switch {
-	case r.NeverAllowed || r.RetryAfter == Never:
+	case r.NeverAllowed || r.RetryAfter == throttler.Never:
 		return b.String()
 	case r.Allowed:
-		reset = CeilSeconds(r.ResetAt.Sub(now))
+		reset = ceilSeconds(r.ResetAt.Sub(now))
 	default:
 		// The same figure as Retry-After: a client that honours either
 		// waits as long.
-		reset, _ = r.RetryAfterSeconds()
+		reset, _ = retryAfterSeconds(r)
 	}
 	b.WriteString(";t=")
 	b.WriteString(strconv.FormatInt(min(max(reset, 0), maxSFInteger), 10))
 	return b.String()
 }
 
-// RateLimitPolicyValue returns the IETF RateLimit-Policy field value for p:
+// rateLimitPolicyValue returns the IETF RateLimit-Policy field value for p:
 // one list member per limit, "<name>";q=<quota>;w=<window seconds>, as
 // WriteHeaders describes. resource replaces the policy's name when not
 // empty. It returns "" for a nil or zero policy.
-func RateLimitPolicyValue(p *Policy, resource string) string {
-	if p.validate() != nil {
+func rateLimitPolicyValue(p *throttler.Policy, resource string) string {
+	limits := p.Limits()
+	if len(limits) == 0 {
 		return ""
 	}
 	if resource == "" {
-		resource = p.name
+		resource = p.Name()
 	}
 	var b strings.Builder
-	for i, l := range p.limits {
+	for i, l := range limits {
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		quota, window := l.Max, l.Window
-		if l.Algorithm == GCRA && l.capacity() != l.Max {
+		if l.Algorithm == throttler.GCRA && l.Burst != 0 && l.Burst != l.Max {
 			// Burst units over the time they take to refill: the
-			// capacity and, as their ratio, the sustained rate.
-			quota = l.capacity()
-			window = time.Duration(quota*emissionMicros(l)) * time.Microsecond
+			// capacity and, as their ratio, the sustained rate. The
+			// emission interval is the throttler's: ceil(Window/Max) µs.
+			emission := (int64(l.Window/time.Microsecond) + l.Max - 1) / l.Max
+			quota = l.Burst
+			window = time.Duration(quota*emission) * time.Microsecond
 		}
-		appendSFString(&b, memberName(resource, len(p.limits), l.Name))
+		appendSFString(&b, memberName(resource, len(limits), l.Name))
 		b.WriteString(";q=")
 		b.WriteString(strconv.FormatInt(min(quota, maxSFInteger), 10))
 		b.WriteString(";w=")
 		// The draft's window is whole seconds and at least one: rounding a
 		// window up states a rate no higher than the real one.
-		b.WriteString(strconv.FormatInt(min(max(CeilSeconds(window), 1), maxSFInteger), 10))
+		b.WriteString(strconv.FormatInt(min(max(ceilSeconds(window), 1), maxSFInteger), 10))
 	}
 	return b.String()
 }
 
-// ViolatedPolicies returns the RateLimit-Policy member names of the limits
+// violatedPolicies returns the RateLimit-Policy member names of the limits
 // that denied r, in the policy's order: the draft's "violated-policies"
 // problem member. It returns nil for an allowed result and for one denied
 // by a failure mode, which checked no limit. resource replaces the policy's
 // name when not empty.
-func (r Result) ViolatedPolicies(resource string) []string {
+func violatedPolicies(r throttler.Result, resource string) []string {
 	if r.Allowed || r.Degraded && !r.NeverAllowed {
 		return nil
 	}
@@ -259,8 +266,8 @@ func (r Result) ViolatedPolicies(resource string) []string {
 	return names
 }
 
-// CeilSeconds returns d in whole seconds, rounded up; 0 for d <= 0.
-func CeilSeconds(d time.Duration) int64 {
+// ceilSeconds returns d in whole seconds, rounded up; 0 for d <= 0.
+func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
@@ -271,9 +278,9 @@ func CeilSeconds(d time.Duration) int64 {
 	return secs
 }
 
-// CeilUnix returns t as Unix seconds, rounded up, so that a client that
+// ceilUnix returns t as Unix seconds, rounded up, so that a client that
 // waits until then never comes back before t.
-func CeilUnix(t time.Time) int64 {
+func ceilUnix(t time.Time) int64 {
 	secs := t.Unix()
 	if t.Nanosecond() != 0 {
 		secs++
@@ -290,7 +297,7 @@ func memberName(resource string, limits int, limit string) string {
 	return resource + ":" + limit
 }
 
-func (r Result) anyDegraded() bool {
+func anyDegraded(r throttler.Result) bool {
 	if r.Degraded {
 		return true
 	}

@@ -1,19 +1,21 @@
-package sharded
+package redisgroups
 
 import (
 	"errors"
 	"fmt"
+	shardedbackend "github.com/throttlekit/throttlekit/backend/sharded"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 	"net/url"
 	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// ShardConfig describes one Redis shard: a primary and its replicas, as
+// Config describes one Redis shard: a primary and its replicas, as
 // go-redis client options. NewRedis makes one client per server, always
 // with ContextTimeoutEnabled set.
-type ShardConfig struct {
-	// Name is the shard's name (see Shard.Name).
+type Config struct {
+	// Name is the shard's name (see shardedbackend.Shard.Name).
 	Name string
 	// Primary is the options of the primary's client.
 	Primary *goredis.Options
@@ -62,7 +64,7 @@ const contextTimeoutParam = "context_timeout_enabled"
 // A ',' inside a URL (in a password, say) must be written %2C, and a '&'
 // in a replica's user info %26.
 //
-// Anything malformed or ambiguous is an error wrapping ErrBadConfig that
+// Anything malformed or ambiguous is an error wrapping driver.ErrInvalidOption that
 // names the offending part, with passwords masked: no shards, an empty
 // entry, a missing '=', an empty, invalid or duplicate name, a URL go-redis
 // rejects (bad scheme, port or database, unknown parameter), a
@@ -71,28 +73,28 @@ const contextTimeoutParam = "context_timeout_enabled"
 // replica with the address of its primary, and an address used twice,
 // within a shard or by two shards. Addresses are compared as written (host
 // names are not resolved).
-func ParseConfig(config string) ([]ShardConfig, error) {
+func Parse(config string) ([]Config, error) {
 	if strings.TrimSpace(config) == "" {
-		return nil, fmt.Errorf("%w: no shards (empty configuration)", ErrBadConfig)
+		return nil, fmt.Errorf("%w: no shards (empty configuration)", driver.ErrInvalidOption)
 	}
 	entries := strings.Split(config, ",")
-	shards := make([]ShardConfig, 0, len(entries))
+	shards := make([]Config, 0, len(entries))
 	for i, entry := range entries {
 		entry = strings.TrimSpace(entry)
 		if entry == "" {
-			return nil, fmt.Errorf("%w: entry %d is empty (a stray ',')", ErrBadConfig, i+1)
+			return nil, fmt.Errorf("%w: entry %d is empty (a stray ',')", driver.ErrInvalidOption, i+1)
 		}
 		name, rawURL, ok := strings.Cut(entry, "=")
 		if !ok {
-			return nil, fmt.Errorf("%w: entry %d %q: missing '=' between shard name and URL", ErrBadConfig, i+1, redact(entry))
+			return nil, fmt.Errorf("%w: entry %d %q: missing '=' between shard name and URL", driver.ErrInvalidOption, i+1, redact(entry))
 		}
 		name, rawURL = strings.TrimSpace(name), strings.TrimSpace(rawURL)
-		if err := validName(name); err != nil {
-			return nil, fmt.Errorf("%w: entry %d: %w", ErrBadConfig, i+1, err)
+		if err := shardedbackend.CheckName(name); err != nil {
+			return nil, fmt.Errorf("%w: entry %d: %w", driver.ErrInvalidOption, i+1, err)
 		}
 		sc, err := parseShardURL(name, rawURL)
 		if err != nil {
-			return nil, fmt.Errorf("%w: shard %q: %w", ErrBadConfig, name, err)
+			return nil, fmt.Errorf("%w: shard %q: %w", driver.ErrInvalidOption, name, err)
 		}
 		shards = append(shards, sc)
 	}
@@ -103,34 +105,34 @@ func ParseConfig(config string) ([]ShardConfig, error) {
 }
 
 // parseShardURL reads one shard's URL and its replica parameters.
-func parseShardURL(name, rawURL string) (ShardConfig, error) {
+func parseShardURL(name, rawURL string) (Config, error) {
 	if rawURL == "" {
-		return ShardConfig{}, errors.New("empty URL")
+		return Config{}, errors.New("empty URL")
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return ShardConfig{}, fmt.Errorf("URL %q: %w", redact(rawURL), unwrapURLError(err))
+		return Config{}, fmt.Errorf("URL %q: %w", redact(rawURL), unwrapURLError(err))
 	}
 	shown := u.Redacted()
 	if u.Fragment != "" || strings.Contains(rawURL, "#") {
-		return ShardConfig{}, fmt.Errorf("URL %q: unexpected fragment (a '#' must be written %%23)", shown)
+		return Config{}, fmt.Errorf("URL %q: unexpected fragment (a '#' must be written %%23)", shown)
 	}
 	rest, replicas, err := splitReplicas(u.RawQuery)
 	if err != nil {
-		return ShardConfig{}, fmt.Errorf("URL %q: %w", shown, err)
+		return Config{}, fmt.Errorf("URL %q: %w", shown, err)
 	}
 	u.RawQuery = rest
 	shown = u.Redacted()
 	primary, err := goredis.ParseURL(u.String())
 	if err != nil {
-		return ShardConfig{}, fmt.Errorf("URL %q: %w", shown, err)
+		return Config{}, fmt.Errorf("URL %q: %w", shown, err)
 	}
 	primary.ContextTimeoutEnabled = true
-	sc := ShardConfig{Name: name, Primary: primary}
+	sc := Config{Name: name, Primary: primary}
 	for i, raw := range replicas {
 		opts, err := parseReplicaURL(u, raw)
 		if err != nil {
-			return ShardConfig{}, fmt.Errorf("replica %d %q: %w", i, redact(raw), err)
+			return Config{}, fmt.Errorf("replica %d %q: %w", i, redact(raw), err)
 		}
 		opts.ContextTimeoutEnabled = true
 		sc.Replicas = append(sc.Replicas, opts)
@@ -265,22 +267,22 @@ func redact(s string) string {
 // validateConfigs checks a layout for what NewRedis and ParseConfig both
 // refuse: no shards, bad or duplicate names, nil options, and addresses
 // used twice.
-func validateConfigs(shards []ShardConfig) error {
+func validateConfigs(shards []Config) error {
 	if len(shards) == 0 {
-		return fmt.Errorf("%w: no shards", ErrBadConfig)
+		return fmt.Errorf("%w: no shards", driver.ErrInvalidOption)
 	}
 	names := make(map[string]bool, len(shards))
 	owner := make(map[string]string) // address -> "shard %q primary" / "replica"
 	for i, s := range shards {
-		if err := validName(s.Name); err != nil {
-			return fmt.Errorf("%w: shard %d: %w", ErrBadConfig, i, err)
+		if err := shardedbackend.CheckName(s.Name); err != nil {
+			return fmt.Errorf("%w: shard %d: %w", driver.ErrInvalidOption, i, err)
 		}
 		if names[s.Name] {
-			return fmt.Errorf("%w: duplicate shard name %q", ErrBadConfig, s.Name)
+			return fmt.Errorf("%w: duplicate shard name %q", driver.ErrInvalidOption, s.Name)
 		}
 		names[s.Name] = true
 		if s.Primary == nil {
-			return fmt.Errorf("%w: shard %q: nil primary options", ErrBadConfig, s.Name)
+			return fmt.Errorf("%w: shard %q: nil primary options", driver.ErrInvalidOption, s.Name)
 		}
 		primaryAddr := address(s.Primary)
 		if err := claim(owner, primaryAddr, s.Name, "primary"); err != nil {
@@ -288,11 +290,11 @@ func validateConfigs(shards []ShardConfig) error {
 		}
 		for j, r := range s.Replicas {
 			if r == nil {
-				return fmt.Errorf("%w: shard %q: nil options for replica %d", ErrBadConfig, s.Name, j)
+				return fmt.Errorf("%w: shard %q: nil options for replica %d", driver.ErrInvalidOption, s.Name, j)
 			}
 			addr := address(r)
 			if addr == primaryAddr {
-				return fmt.Errorf("%w: shard %q: replica %d has the primary's address %s", ErrBadConfig, s.Name, j, addr)
+				return fmt.Errorf("%w: shard %q: replica %d has the primary's address %s", driver.ErrInvalidOption, s.Name, j, addr)
 			}
 			if err := claim(owner, addr, s.Name, fmt.Sprintf("replica %d", j)); err != nil {
 				return err
@@ -306,7 +308,7 @@ func validateConfigs(shards []ShardConfig) error {
 func claim(owner map[string]string, addr, shard, role string) error {
 	who := fmt.Sprintf("shard %q %s", shard, role)
 	if prev, taken := owner[addr]; taken {
-		return fmt.Errorf("%w: address %s is used twice: by %s and by %s", ErrBadConfig, addr, prev, who)
+		return fmt.Errorf("%w: address %s is used twice: by %s and by %s", driver.ErrInvalidOption, addr, prev, who)
 	}
 	owner[addr] = who
 	return nil

@@ -1,4 +1,4 @@
-package rollout
+package unleashflag
 
 import (
 	"context"
@@ -13,28 +13,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttlekit/throttlekit/backend/memory"
+	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
+	"github.com/throttlekit/throttlekit/internal/testkit"
+	"github.com/throttlekit/throttlekit/rollout"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
-
-// TestMurmur3Vectors checks the hash against github.com/twmb/murmur3
-// SeedSum32(0, ...), the implementation the Unleash client uses, on inputs
-// that exercise every tail length.
-func TestMurmur3Vectors(t *testing.T) {
-	for in, want := range map[string]uint32{
-		"":      0,
-		"a":     0x3c2569b2,
-		"ab":    0x9bbfd75f,
-		"abc":   0xb3dd93fa,
-		"hello": 0x248bfa47,
-		"The quick brown fox jumps over the lazy dog": 0x2e4ff723,
-		"ratelimit-new-backend:user:42":               0x32b4a050,
-	} {
-		assert.Equal(t, want, murmur3x86_32([]byte(in)), "murmur3(%q)", in)
-	}
-	long := string(make([]byte, 500)) // past the stack buffer
-	assert.Equal(t, int(murmur3x86_32([]byte("g:"+long))%100)+1, Bucket("g", long))
-}
 
 // TestSplitMatchesUnleashClient checks that the source's own evaluation
 // agrees, identifier by identifier, with the real client's IsEnabled given
@@ -42,7 +26,7 @@ func TestMurmur3Vectors(t *testing.T) {
 // stickiness settings and a fractional rollout.
 func TestSplitMatchesUnleashClient(t *testing.T) {
 	flags := newFlagServer(t, 37)
-	src := newTestUnleashSource(t, flags)
+	src := newTestSource(t, flags)
 	client := src.Client()
 	for _, tc := range []struct {
 		stickiness string
@@ -64,7 +48,7 @@ func TestSplitMatchesUnleashClient(t *testing.T) {
 			disagree := 0
 			for _, id := range ids(3000) {
 				want := client.IsEnabled(testFeature, unleash.WithContext(tc.context(id)))
-				if want != (sp.Side(id) == SideNew) {
+				if want != (sp.Side(id) == rollout.SideNew) {
 					disagree++
 				}
 			}
@@ -81,7 +65,7 @@ func TestSplitMatchesUnleashClient(t *testing.T) {
 func TestUnleashIsStickyWhereTheClientIsNot(t *testing.T) {
 	flags := newFlagServer(t, 50)
 	flags.change(func(f *flagServer) { f.stickiness = "default" })
-	src := newTestUnleashSource(t, flags)
+	src := newTestSource(t, flags)
 	waitPercent(t, src, 50)
 
 	seen := map[bool]bool{}
@@ -91,7 +75,7 @@ func TestUnleashIsStickyWhereTheClientIsNot(t *testing.T) {
 	assert.Len(t, seen, 2, "without an identifier in the context the client answers at random")
 
 	all := ids(500)
-	first := make([]Side, len(all))
+	first := make([]rollout.Side, len(all))
 	for i, id := range all {
 		first[i] = src.Split().Side(id)
 	}
@@ -109,21 +93,21 @@ func TestUnleashIsStickyWhereTheClientIsNot(t *testing.T) {
 // identifiers only from old to new, lowering it only back.
 func TestUnleashDistributionAndMonotonicity(t *testing.T) {
 	flags := newFlagServer(t, 10)
-	src := newTestUnleashSource(t, flags)
-	rb := mustRollout(t, memory.New(), memory.New(), src)
+	src := newTestSource(t, flags)
+	rb := mustRollout(t, memorybackend.New(), memorybackend.New(), src)
 	all := ids(10000)
 
-	sides := func() []Side {
-		out := make([]Side, len(all))
+	sides := func() []rollout.Side {
+		out := make([]rollout.Side, len(all))
 		for i, id := range all {
 			out[i] = rb.Side(id)
 		}
 		return out
 	}
-	share := func(s []Side) float64 {
+	share := func(s []rollout.Side) float64 {
 		n := 0
 		for _, side := range s {
-			if side == SideNew {
+			if side == rollout.SideNew {
 				n++
 			}
 		}
@@ -143,9 +127,9 @@ func TestUnleashDistributionAndMonotonicity(t *testing.T) {
 		movedUp, movedDown := 0, 0
 		for i := range cur {
 			switch {
-			case prev[i] == SideOld && cur[i] == SideNew:
+			case prev[i] == rollout.SideOld && cur[i] == rollout.SideNew:
 				movedUp++
-			case prev[i] == SideNew && cur[i] == SideOld:
+			case prev[i] == rollout.SideNew && cur[i] == rollout.SideOld:
 				movedDown++
 			}
 		}
@@ -163,11 +147,11 @@ func TestUnleashDistributionAndMonotonicity(t *testing.T) {
 // 50%, and the two memory backends' counts show who moved where.
 func TestUnleashRaiseMovesOnlyOldToNew(t *testing.T) {
 	flags := newFlagServer(t, 10)
-	src := newTestUnleashSource(t, flags)
+	src := newTestSource(t, flags)
 	clock := throttler.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "100/h")
-	oldB, newB := memory.New(), memory.New()
-	th := throttler.New(mustRollout(t, oldB, newB, src), throttler.WithClock(clock))
+	oldB, newB := memorybackend.New(), memorybackend.New()
+	th := testkit.Throttler(t, mustRollout(t, oldB, newB, src), throttler.WithClock(clock))
 	oldView, newView := newView(oldB, clock, policy), newView(newB, clock, policy)
 	ctx := context.Background()
 	all := ids(10000)
@@ -226,7 +210,7 @@ func TestUnleashRaiseMovesOnlyOldToNew(t *testing.T) {
 // generous deadline; the figure is logged.
 func TestUnleashFollowsChange(t *testing.T) {
 	flags := newFlagServer(t, 20)
-	src := newTestUnleashSource(t, flags)
+	src := newTestSource(t, flags)
 	waitPercent(t, src, 20)
 
 	var worst time.Duration
@@ -251,11 +235,11 @@ func TestUnleashFollowsChange(t *testing.T) {
 func TestUnleashServerStoppedKeepsSplit(t *testing.T) {
 	flags := newFlagServer(t, 30)
 	var reported atomic.Int64
-	src := newTestUnleashSource(t, flags, WithUnleashErrorHandler(func(error) { reported.Add(1) }))
+	src := newTestSource(t, flags, WithErrorHandler(func(error) { reported.Add(1) }))
 	waitPercent(t, src, 30)
-	rb := mustRollout(t, memory.New(), memory.New(), src)
+	rb := mustRollout(t, memorybackend.New(), memorybackend.New(), src)
 	all := ids(2000)
-	before := make([]Side, len(all))
+	before := make([]rollout.Side, len(all))
 	for i, id := range all {
 		before[i] = rb.Side(id)
 	}
@@ -277,7 +261,7 @@ func TestUnleashServerStoppedKeepsSplit(t *testing.T) {
 // 503: the client backs off and the split stays.
 func TestUnleashServerFailingKeepsSplit(t *testing.T) {
 	flags := newFlagServer(t, 30)
-	src := newTestUnleashSource(t, flags)
+	src := newTestSource(t, flags)
 	waitPercent(t, src, 30)
 	flags.change(func(f *flagServer) { f.failing, f.rollout = true, "90" })
 	errs := src.Status().Errors
@@ -291,25 +275,25 @@ func TestUnleashServerFailingKeepsSplit(t *testing.T) {
 func TestUnleashDefaultBeforeFirstAnswer(t *testing.T) {
 	flags := newFlagServer(t, 100)
 	flags.change(func(f *flagServer) { f.failing = true })
-	src := newTestUnleashSource(t, flags)
+	src := newTestSource(t, flags)
 	waitFor(t, "a failed fetch", func() bool { return src.Status().Errors > 0 })
 	require.Nil(t, src.Split())
 
 	clock := throttler.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "10/min")
-	for _, side := range []Side{SideOld, SideNew} {
-		oldB, newB := memory.New(), memory.New()
-		opts := []Option{}
-		if side == SideNew {
-			opts = append(opts, WithDefaultSide(SideNew))
+	for _, side := range []rollout.Side{rollout.SideOld, rollout.SideNew} {
+		oldB, newB := memorybackend.New(), memorybackend.New()
+		opts := []rollout.Option{}
+		if side == rollout.SideNew {
+			opts = append(opts, rollout.WithDefaultSide(rollout.SideNew))
 		}
 		rb := mustRollout(t, oldB, newB, src, opts...)
-		th := throttler.New(rb, throttler.WithClock(clock))
+		th := testkit.Throttler(t, rb, throttler.WithClock(clock))
 		_, err := th.Allow(context.Background(), policy, "user:1")
 		require.NoError(t, err)
-		backends := [2]throttler.Backend{oldB, newB}
+		backends := [2]driver.Backend{oldB, newB}
 		assert.EqualValues(t, 1, newView(backends[side], clock, policy).peek(t, "user:1").Used)
-		assert.EqualValues(t, 0, newView(backends[side.other()], clock, policy).peek(t, "user:1").Used)
+		assert.EqualValues(t, 0, newView(backends[1-side], clock, policy).peek(t, "user:1").Used)
 		assert.EqualValues(t, 1, rb.Stats().DefaultRouted)
 	}
 
@@ -321,13 +305,13 @@ func TestUnleashDefaultBeforeFirstAnswer(t *testing.T) {
 // old backend; enabling it again restores the percentage.
 func TestUnleashKillSwitch(t *testing.T) {
 	flags := newFlagServer(t, 60)
-	src := newTestUnleashSource(t, flags)
+	src := newTestSource(t, flags)
 	waitPercent(t, src, 60)
 	all := ids(1000)
 	countNew := func() int {
 		n := 0
 		for _, id := range all {
-			if src.Split().Side(id) == SideNew {
+			if src.Split().Side(id) == rollout.SideNew {
 				n++
 			}
 		}
@@ -354,7 +338,7 @@ func TestUnleashKillSwitch(t *testing.T) {
 func TestUnleashRejectsUnstickyToggles(t *testing.T) {
 	flags := newFlagServer(t, 40)
 	var lastErr atomic.Pointer[error]
-	src := newTestUnleashSource(t, flags, WithUnleashErrorHandler(func(err error) { lastErr.Store(&err) }))
+	src := newTestSource(t, flags, WithErrorHandler(func(err error) { lastErr.Store(&err) }))
 	waitPercent(t, src, 40)
 	for _, edit := range []func(f *flagServer){
 		func(f *flagServer) { f.groupID, f.rollout = "renamed", "41" },
@@ -382,7 +366,7 @@ func TestUnleashRejectsUnstickyToggles(t *testing.T) {
 // nothing.
 func TestUnleashNotModified(t *testing.T) {
 	flags := newFlagServer(t, 40)
-	src := newTestUnleashSource(t, flags)
+	src := newTestSource(t, flags)
 	waitPercent(t, src, 40)
 	waitFor(t, "two 304 answers", func() bool { return flags.notModified.Load() >= 2 })
 	assert.EqualValues(t, 1, src.Status().Updates, "a 304 must not republish")
@@ -394,15 +378,15 @@ func TestUnleashNotModified(t *testing.T) {
 // and the split works the same.
 func TestUnleashWithMetrics(t *testing.T) {
 	flags := newFlagServer(t, 40)
-	src := newTestUnleashSource(t, flags, WithUnleashConfig(
+	src := newTestSource(t, flags, WithClientOptions(
 		unleash.WithDisableMetrics(false), unleash.WithMetricsInterval(refreshInterval)))
 	waitPercent(t, src, 40)
 	assert.EqualValues(t, 1, flags.registers.Load())
 }
 
 func TestNewUnleashSourceErrors(t *testing.T) {
-	_, err := NewUnleashSource("")
-	assert.ErrorIs(t, err, ErrInvalidConfig)
+	_, err := New("")
+	assert.ErrorIs(t, err, driver.ErrInvalidOption)
 }
 
 func TestReadToggle(t *testing.T) {

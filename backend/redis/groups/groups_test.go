@@ -1,9 +1,10 @@
-package sharded
+package redisgroups
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	shardedbackend "github.com/throttlekit/throttlekit/backend/sharded"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,11 +14,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttlekit/throttlekit/backend/redis"
+	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
 	"github.com/throttlekit/throttlekit/conformance"
 	"github.com/throttlekit/throttlekit/internal/localserver"
+	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/rollout"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // TestConformance runs the conformance suite through the sharded backend
@@ -48,15 +51,15 @@ func BenchmarkConformance(b *testing.B) {
 	})
 }
 
-// openedHarness opens a Backend per MakeBackend with OpenRedis, and closes
+// openedHarness opens a shardedbackend.Backend per MakeBackend with OpenRedis, and closes
 // them all.
 type openedHarness struct {
 	config, prefix string
-	opened         []*Backend
+	opened         []*shardedbackend.Backend
 }
 
-func (h *openedHarness) MakeBackend(ctx context.Context) (throttler.Backend, error) {
-	b, err := OpenRedis(h.config, WithRedisOptions(redis.WithPrefix(h.prefix)))
+func (h *openedHarness) MakeBackend(ctx context.Context) (driver.Backend, error) {
+	b, err := Open(h.config, WithBackendOptions(redisbackend.WithPrefix(h.prefix)))
 	if err != nil {
 		return nil, err
 	}
@@ -77,22 +80,22 @@ type harness struct {
 	prefix string
 }
 
-func (h *harness) MakeBackend(ctx context.Context) (throttler.Backend, error) {
-	shards := make([]Shard, len(shardNames))
+func (h *harness) MakeBackend(ctx context.Context) (driver.Backend, error) {
+	shards := make([]shardedbackend.Shard, len(shardNames))
 	for i, name := range shardNames {
-		primary, err := redis.New(h.ts.primaryClients[i], redis.WithPrefix(h.prefix))
+		primary, err := redisbackend.New(h.ts.primaryClients[i], redisbackend.WithPrefix(h.prefix))
 		if err != nil {
 			return nil, err
 		}
-		replica, err := redis.New(h.ts.replicaClients[i], redis.WithPrefix(h.prefix))
+		replica, err := redisbackend.New(h.ts.replicaClients[i], redisbackend.WithPrefix(h.prefix))
 		if err != nil {
 			return nil, err
 		}
-		shards[i] = Shard{Name: name, Primary: primary, Replicas: []throttler.Peeker{&caughtUpReplica{
+		shards[i] = shardedbackend.Shard{Name: name, Primary: primary, Replicas: []driver.Peeker{&caughtUpReplica{
 			primary: h.ts.primaryClients[i], replica: h.ts.replicaClients[i], peeker: replica,
 		}}}
 	}
-	return New(shards)
+	return shardedbackend.New(shards)
 }
 
 func (h *harness) Close() {}
@@ -101,25 +104,25 @@ func (h *harness) Close() {}
 // primary had written when the peek began.
 type caughtUpReplica struct {
 	primary, replica *goredis.Client
-	peeker           throttler.Peeker
+	peeker           driver.Peeker
 }
 
-func (c *caughtUpReplica) Peek(ctx context.Context, req throttler.Request) (throttler.Outcome, error) {
+func (c *caughtUpReplica) Peek(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	target, err := replicationOffset(ctx, c.primary, "master_repl_offset")
 	if err != nil {
-		return throttler.Outcome{}, err
+		return driver.Outcome{}, err
 	}
 	for {
 		applied, err := replicationOffset(ctx, c.replica, "slave_repl_offset")
 		if err != nil {
-			return throttler.Outcome{}, err
+			return driver.Outcome{}, err
 		}
 		if applied >= target {
 			return c.peeker.Peek(ctx, req)
 		}
 		select {
 		case <-ctx.Done():
-			return throttler.Outcome{}, ctx.Err()
+			return driver.Outcome{}, ctx.Err()
 		case <-time.After(time.Millisecond):
 		}
 	}
@@ -142,17 +145,17 @@ func replicationOffset(ctx context.Context, c *goredis.Client, field string) (in
 // code, with no command retries (max_retries=-1) and one dial attempt, so
 // that calls to a stopped server fail at once instead of spending the call
 // timeout.
-func openFailFast(t *testing.T, ts *testShards, opts ...Option) *Backend {
+func openFailFast(t *testing.T, ts *testShards, opts ...Option) *shardedbackend.Backend {
 	t.Helper()
-	layout, err := ParseConfig(ts.config("max_retries=-1&dial_timeout=1s"))
+	layout, err := Parse(ts.config("max_retries=-1&dial_timeout=1s"))
 	require.NoError(t, err)
 	for _, sc := range layout {
 		for _, o := range append([]*goredis.Options{sc.Primary}, sc.Replicas...) {
 			o.DialerRetries = 1
 		}
 	}
-	opts = append(opts, WithRedisOptions(redis.WithPrefix(newPrefix())))
-	b, err := NewRedis(layout, opts...)
+	opts = append(opts, WithBackendOptions(redisbackend.WithPrefix(newPrefix())))
+	b, err := New(layout, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, b.Close()) })
 	return b
@@ -171,8 +174,8 @@ func TestStoppedShardDegradesOnlyItsIdentifiers(t *testing.T) {
 	b := openFailFast(t, ts)
 	clock := throttler.NewManualClock(t0)
 	// A generous timeout: live shards must never time out under -race.
-	th := throttler.New(b, throttler.WithClock(clock), throttler.WithTimeout(5*time.Second),
-		throttler.WithObserver(throttler.NopObserver{}))
+	th := testkit.Throttler(t, b, throttler.WithClock(clock), throttler.WithCallTimeout(5*time.Second),
+		throttler.WithLogger(nil))
 	p := mustPolicy(t, "api", "10/min", throttler.WithFailureMode(throttler.FailClosed))
 	const stopped = "b"
 	stoppedServer := ts.primaries[ts.index(t, stopped)]
@@ -212,7 +215,7 @@ func TestStoppedShardDegradesOnlyItsIdentifiers(t *testing.T) {
 		}
 		require.True(t, r.Degraded, id)
 		require.False(t, r.Allowed, "fail closed")
-		var se *ShardError
+		var se *shardedbackend.ShardError
 		require.ErrorAs(t, r.Err, &se)
 		require.Equal(t, stopped, se.Shard)
 		require.ErrorIs(t, r.Err, throttler.ErrBackend)
@@ -272,14 +275,14 @@ func TestStoppedReplicaFallsBackToPrimary(t *testing.T) {
 	ts := servers(t)
 	ctx := context.Background()
 	var replicaFailures atomic.Int64
-	b := openFailFast(t, ts, WithReplicaErrorHandler(func(err error) {
-		var se *ShardError
+	b := openFailFast(t, ts, WithShardedOptions(shardedbackend.WithReplicaErrorHandler(func(err error) {
+		var se *shardedbackend.ShardError
 		if errors.As(err, &se) && se.Shard == "c" {
 			replicaFailures.Add(1)
 		}
-	}))
+	})))
 	clock := throttler.NewManualClock(t0)
-	th := throttler.New(b, throttler.WithClock(clock), throttler.WithTimeout(5*time.Second))
+	th := testkit.Throttler(t, b, throttler.WithClock(clock), throttler.WithCallTimeout(5*time.Second))
 	p := mustPolicy(t, "api", "10/min")
 	ids := identifiers(60)
 	for _, id := range ids {
@@ -342,7 +345,7 @@ func TestReplicaPeekAfterWindowClosed(t *testing.T) {
 	ctx := context.Background()
 	b, prefix := openShared(t, ts, "")
 	clock := throttler.NewManualClock(t0)
-	th := throttler.New(b, throttler.WithClock(clock), throttler.WithTimeout(5*time.Second))
+	th := testkit.Throttler(t, b, throttler.WithClock(clock), throttler.WithCallTimeout(5*time.Second))
 	p := mustPolicy(t, "api", "5/min")
 	const id = "user:github"
 	i := ts.index(t, b.ShardFor(id))
@@ -396,9 +399,9 @@ func TestReplicaPeekAfterWindowClosed(t *testing.T) {
 func mustKeys(tb testing.TB, prefix string, p *throttler.Policy, id string) []string {
 	tb.Helper()
 	// Keys only computes names: the client is never called.
-	kb, err := redis.New(servers(tb).primaryClients[0], redis.WithPrefix(prefix))
+	kb, err := redisbackend.New(servers(tb).primaryClients[0], redisbackend.WithPrefix(prefix))
 	require.NoError(tb, err)
-	return kb.Keys(p, id)
+	return kb.Keys(testkit.Compile(tb, p), id)
 }
 
 // fourthShard starts a Redis for a shard "d" joining the shared three, and
@@ -417,16 +420,16 @@ func TestReshardingStartsMovedIdentifiersAfresh(t *testing.T) {
 	ts := servers(t)
 	ctx := context.Background()
 	prefix := newPrefix()
-	oldLayout, err := OpenRedis(ts.config(""), WithRedisOptions(redis.WithPrefix(prefix)))
+	oldLayout, err := Open(ts.config(""), WithBackendOptions(redisbackend.WithPrefix(prefix)))
 	require.NoError(t, err)
 	defer oldLayout.Close()
-	newLayout, err := OpenRedis(fourthShard(t, ts), WithRedisOptions(redis.WithPrefix(prefix)))
+	newLayout, err := Open(fourthShard(t, ts), WithBackendOptions(redisbackend.WithPrefix(prefix)))
 	require.NoError(t, err)
 	defer newLayout.Close()
 
 	clock := throttler.NewManualClock(t0)
-	before := throttler.New(oldLayout, throttler.WithClock(clock), throttler.WithTimeout(5*time.Second))
-	after := throttler.New(newLayout, throttler.WithClock(clock), throttler.WithTimeout(5*time.Second))
+	before := testkit.Throttler(t, oldLayout, throttler.WithClock(clock), throttler.WithCallTimeout(5*time.Second))
+	after := testkit.Throttler(t, newLayout, throttler.WithClock(clock), throttler.WithCallTimeout(5*time.Second))
 	p := mustPolicy(t, "api", "5/min")
 	ids := identifiers(400)
 	for _, id := range ids {
@@ -466,10 +469,10 @@ func TestReshardingStartsMovedIdentifiersAfresh(t *testing.T) {
 func TestMirrorModeCarriesWindowsAcrossReshard(t *testing.T) {
 	ts := servers(t)
 	ctx := context.Background()
-	oldLayout, err := OpenRedis(ts.config(""), WithRedisOptions(redis.WithPrefix(newPrefix())))
+	oldLayout, err := Open(ts.config(""), WithBackendOptions(redisbackend.WithPrefix(newPrefix())))
 	require.NoError(t, err)
 	defer oldLayout.Close()
-	newLayout, err := OpenRedis(fourthShard(t, ts), WithRedisOptions(redis.WithPrefix(newPrefix())))
+	newLayout, err := Open(fourthShard(t, ts), WithBackendOptions(redisbackend.WithPrefix(newPrefix())))
 	require.NoError(t, err)
 	defer newLayout.Close()
 
@@ -481,7 +484,7 @@ func TestMirrorModeCarriesWindowsAcrossReshard(t *testing.T) {
 	require.NoError(t, err)
 
 	clock := throttler.NewManualClock(t0)
-	th := throttler.New(migration, throttler.WithClock(clock), throttler.WithTimeout(5*time.Second))
+	th := testkit.Throttler(t, migration, throttler.WithClock(clock), throttler.WithCallTimeout(5*time.Second))
 	p := mustPolicy(t, "api", "5/min")
 	ids := identifiers(200)
 	moving := 0
@@ -506,7 +509,7 @@ func TestMirrorModeCarriesWindowsAcrossReshard(t *testing.T) {
 	}
 
 	// The rollout is dropped: the new layout alone holds the right counts.
-	direct := throttler.New(newLayout, throttler.WithClock(clock), throttler.WithTimeout(5*time.Second))
+	direct := testkit.Throttler(t, newLayout, throttler.WithClock(clock), throttler.WithCallTimeout(5*time.Second))
 	clock.Advance(10 * time.Second)
 	for _, id := range ids {
 		r, err := direct.Allow(ctx, p, id)
@@ -529,17 +532,17 @@ func TestMirrorOverOneSharedPrefixCountsTwice(t *testing.T) {
 	ts := servers(t)
 	ctx := context.Background()
 	prefix := newPrefix()
-	oldLayout, err := OpenRedis(ts.config(""), WithRedisOptions(redis.WithPrefix(prefix)))
+	oldLayout, err := Open(ts.config(""), WithBackendOptions(redisbackend.WithPrefix(prefix)))
 	require.NoError(t, err)
 	defer oldLayout.Close()
-	newLayout, err := OpenRedis(fourthShard(t, ts), WithRedisOptions(redis.WithPrefix(prefix)))
+	newLayout, err := Open(fourthShard(t, ts), WithBackendOptions(redisbackend.WithPrefix(prefix)))
 	require.NoError(t, err)
 	defer newLayout.Close()
 	flag, err := rollout.NewStaticSource(0)
 	require.NoError(t, err)
 	migration, err := rollout.New(oldLayout, newLayout, flag, rollout.WithMode(rollout.MirrorMode))
 	require.NoError(t, err)
-	th := throttler.New(migration, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithTimeout(5*time.Second))
+	th := testkit.Throttler(t, migration, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithCallTimeout(5*time.Second))
 	p := mustPolicy(t, "api", "5/min")
 
 	id := ""
@@ -567,7 +570,7 @@ func TestOpenRedisServesFromTheConfigString(t *testing.T) {
 	b, prefix := openShared(t, ts, "")
 	require.NoError(t, b.Ping(ctx))
 	assert.Equal(t, shardNames, b.Shards())
-	th := throttler.New(b, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithTimeout(5*time.Second))
+	th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithCallTimeout(5*time.Second))
 	p := mustPolicy(t, "api", "5/min")
 	for _, id := range identifiers(30) {
 		_, err := th.AllowN(ctx, p, id, 4)
@@ -619,10 +622,10 @@ func TestTimeoutBoundsAHungShard(t *testing.T) {
 		t.Run("params="+params, func(t *testing.T) {
 			ctx := context.Background()
 			server := localserver.RedisT(t, localserver.RedisOptions{})
-			b, err := OpenRedis("a=redis://" + server.Addr() + params)
+			b, err := Open("a=redis://" + server.Addr() + params)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = b.Close() })
-			th := throttler.New(b, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithObserver(throttler.NopObserver{}))
+			th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithLogger(nil))
 			p := mustPolicy(t, "api", "10/min", throttler.WithFailureMode(throttler.FailClosed))
 			r, err := th.Allow(ctx, p, "user")
 			require.NoError(t, err)
@@ -636,7 +639,7 @@ func TestTimeoutBoundsAHungShard(t *testing.T) {
 			assert.True(t, r.Degraded)
 			assert.False(t, r.Allowed)
 			assert.ErrorIs(t, r.Err, context.DeadlineExceeded)
-			var se *ShardError
+			var se *shardedbackend.ShardError
 			require.ErrorAs(t, r.Err, &se)
 			assert.Equal(t, "a", se.Shard)
 			assert.Less(t, elapsed, timeoutBound, "the decision waited for the hung shard")
@@ -657,15 +660,15 @@ func TestPeekGivesAHungReplicaHalfTheTime(t *testing.T) {
 	replica := localserver.RedisReplicaT(t, primary, localserver.RedisOptions{})
 	var replicaErrs []error
 	var mu sync.Mutex
-	b, err := OpenRedis("a=redis://"+primary.Addr()+"?replica=redis://"+replica.Addr(),
-		WithReplicaErrorHandler(func(err error) { mu.Lock(); replicaErrs = append(replicaErrs, err); mu.Unlock() }))
+	b, err := Open("a=redis://"+primary.Addr()+"?replica=redis://"+replica.Addr(),
+		WithShardedOptions(shardedbackend.WithReplicaErrorHandler(func(err error) { mu.Lock(); replicaErrs = append(replicaErrs, err); mu.Unlock() })))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.Close() })
 	// The timeout is generous so that the primary answers in its half even
 	// under -race; the replica hangs far longer than the whole of it.
 	const timeout = 2 * time.Second
-	th := throttler.New(b, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithObserver(throttler.NopObserver{}),
-		throttler.WithTimeout(timeout))
+	th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithLogger(nil),
+		throttler.WithCallTimeout(timeout))
 	p := mustPolicy(t, "api", "10/min")
 	_, err = th.AllowN(ctx, p, "user", 3)
 	require.NoError(t, err)

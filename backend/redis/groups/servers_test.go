@@ -1,9 +1,10 @@
-package sharded
+package redisgroups
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	shardedbackend "github.com/throttlekit/throttlekit/backend/sharded"
 	"os"
 	"strconv"
 	"strings"
@@ -15,7 +16,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttlekit/throttlekit/backend/redis"
+	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
 	"github.com/throttlekit/throttlekit/internal/localserver"
 )
 
@@ -131,10 +132,10 @@ func newPrefix() string {
 
 // openShared opens the shared shards through OpenRedis, the configuration
 // string path, with a fresh prefix.
-func openShared(tb testing.TB, ts *testShards, params string) (*Backend, string) {
+func openShared(tb testing.TB, ts *testShards, params string) (*shardedbackend.Backend, string) {
 	tb.Helper()
 	prefix := newPrefix()
-	b, err := OpenRedis(ts.config(params), WithRedisOptions(redis.WithPrefix(prefix)))
+	b, err := Open(ts.config(params), WithBackendOptions(redisbackend.WithPrefix(prefix)))
 	require.NoError(tb, err)
 	tb.Cleanup(func() { require.NoError(tb, b.Close()) })
 	return b, prefix

@@ -1,6 +1,7 @@
-package sharded
+package redisgroups
 
 import (
+	"github.com/throttlekit/throttlekit/throttler/driver"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttlekit/throttlekit/backend/redis"
+	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
 )
 
 // These tests only parse: no server is contacted (go-redis clients dial
@@ -17,7 +18,7 @@ import (
 // sends a command).
 
 func TestParseConfig(t *testing.T) {
-	got, err := ParseConfig(" a = redis://10.0.0.1:6379?replica=redis://10.0.0.2:6379&replica=redis://10.0.0.3 ," +
+	got, err := Parse(" a = redis://10.0.0.1:6379?replica=redis://10.0.0.2:6379&replica=redis://10.0.0.3 ," +
 		"b=rediss://user:secret@cache-b.internal:6380/2?dial_timeout=250ms&max_retries=-1," +
 		"c=redis://:pw@10.0.0.5?replica=redis://other:pw2@10.0.0.6:6379&db=3&read_timeout=1s," +
 		"d=unix:///run/redis-d.sock?db=1&replica=unix:///run/redis-d-replica.sock")
@@ -70,7 +71,7 @@ func TestParseConfig(t *testing.T) {
 // rejects, may say what the sharded backend does anyway.
 func TestParseConfigAcceptsContextTimeoutEnabled(t *testing.T) {
 	for _, value := range []string{"true", "1"} {
-		got, err := ParseConfig("a=redis://h1?context_timeout_enabled=" + value + "&replica=redis://h2&read_timeout=1s")
+		got, err := Parse("a=redis://h1?context_timeout_enabled=" + value + "&replica=redis://h2&read_timeout=1s")
 		require.NoError(t, err, value)
 		require.Len(t, got, 1)
 		assert.True(t, got[0].Primary.ContextTimeoutEnabled)
@@ -81,13 +82,13 @@ func TestParseConfigAcceptsContextTimeoutEnabled(t *testing.T) {
 }
 
 func TestParseConfigInheritsThePrimarysPassword(t *testing.T) {
-	got, err := ParseConfig("a=redis://:s3cret@10.0.0.1?replica=redis://10.0.0.2")
+	got, err := Parse("a=redis://:s3cret@10.0.0.1?replica=redis://10.0.0.2")
 	require.NoError(t, err)
 	assert.Equal(t, "s3cret", got[0].Replicas[0].Password)
 }
 
 func TestParseConfigAcceptsAnEncodedReplicaURL(t *testing.T) {
-	got, err := ParseConfig("a=redis://10.0.0.1?replica=redis%3A%2F%2F10.0.0.2%3A6380")
+	got, err := Parse("a=redis://10.0.0.1?replica=redis%3A%2F%2F10.0.0.2%3A6380")
 	require.NoError(t, err)
 	assert.Equal(t, "10.0.0.2:6380", got[0].Replicas[0].Addr)
 }
@@ -95,14 +96,14 @@ func TestParseConfigAcceptsAnEncodedReplicaURL(t *testing.T) {
 func TestParseConfigEscapes(t *testing.T) {
 	// A ',' in a password is written %2C; the replica's text is taken as it
 	// stands, so its escapes are decoded once, as in any URL.
-	got, err := ParseConfig("a=redis://:p%2Cw%40rd@10.0.0.1?replica=redis://:r%2Bx%40y@10.0.0.2")
+	got, err := Parse("a=redis://:p%2Cw%40rd@10.0.0.1?replica=redis://:r%2Bx%40y@10.0.0.2")
 	require.NoError(t, err)
 	assert.Equal(t, "p,w@rd", got[0].Primary.Password)
 	assert.Equal(t, "r+x@y", got[0].Replicas[0].Password)
 }
 
 // TestParseConfigErrors lists every malformed or ambiguous configuration:
-// each error matches ErrBadConfig and names the offending part, and none
+// each error matches driver.ErrInvalidOption and names the offending part, and none
 // shows a password.
 func TestParseConfigErrors(t *testing.T) {
 	for _, c := range []struct {
@@ -151,16 +152,16 @@ func TestParseConfigErrors(t *testing.T) {
 		{"replica password masked", "a=redis://h1?replica=redis://:hunter2@h2?x=1", []string{"xxxxx", "no query"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			shards, err := ParseConfig(c.config)
-			require.ErrorIs(t, err, ErrBadConfig)
+			shards, err := Parse(c.config)
+			require.ErrorIs(t, err, driver.ErrInvalidOption)
 			assert.Nil(t, shards)
 			for _, part := range c.want {
 				assert.Contains(t, err.Error(), part)
 			}
 			assert.NotContains(t, err.Error(), "hunter2")
 
-			b, err := OpenRedis(c.config)
-			assert.ErrorIs(t, err, ErrBadConfig)
+			b, err := Open(c.config)
+			assert.ErrorIs(t, err, driver.ErrInvalidOption)
 			assert.Nil(t, b)
 		})
 	}
@@ -170,50 +171,48 @@ func TestNewRedisChecksLayoutsFromCode(t *testing.T) {
 	opt := func(addr string) *goredis.Options { return &goredis.Options{Addr: addr} }
 	for _, c := range []struct {
 		name   string
-		shards []ShardConfig
+		shards []Config
 		want   string
 	}{
 		{"no shards", nil, "no shards"},
-		{"empty name", []ShardConfig{{Primary: opt("h1:6379")}}, "empty shard name"},
-		{"duplicate name", []ShardConfig{{Name: "a", Primary: opt("h1:1")}, {Name: "a", Primary: opt("h2:1")}}, `duplicate shard name "a"`},
-		{"nil primary", []ShardConfig{{Name: "a"}}, `shard "a": nil primary options`},
-		{"nil replica", []ShardConfig{{Name: "a", Primary: opt("h1:1"), Replicas: []*goredis.Options{nil}}}, `shard "a": nil options for replica 0`},
-		{"replica is primary", []ShardConfig{{Name: "a", Primary: opt("h1:1"), Replicas: []*goredis.Options{opt("H1:1")}}}, "replica 0 has the primary's address"},
-		{"default address twice", []ShardConfig{{Name: "a", Primary: &goredis.Options{}}, {Name: "b", Primary: opt("localhost:6379")}}, "tcp://localhost:6379 is used twice"},
-		{"shared address", []ShardConfig{{Name: "a", Primary: opt("h1:1")}, {Name: "b", Primary: opt("h2:1"), Replicas: []*goredis.Options{opt("h1:1")}}}, "tcp://h1:1 is used twice"},
+		{"empty name", []Config{{Primary: opt("h1:6379")}}, "empty shard name"},
+		{"duplicate name", []Config{{Name: "a", Primary: opt("h1:1")}, {Name: "a", Primary: opt("h2:1")}}, `duplicate shard name "a"`},
+		{"nil primary", []Config{{Name: "a"}}, `shard "a": nil primary options`},
+		{"nil replica", []Config{{Name: "a", Primary: opt("h1:1"), Replicas: []*goredis.Options{nil}}}, `shard "a": nil options for replica 0`},
+		{"replica is primary", []Config{{Name: "a", Primary: opt("h1:1"), Replicas: []*goredis.Options{opt("H1:1")}}}, "replica 0 has the primary's address"},
+		{"default address twice", []Config{{Name: "a", Primary: &goredis.Options{}}, {Name: "b", Primary: opt("localhost:6379")}}, "tcp://localhost:6379 is used twice"},
+		{"shared address", []Config{{Name: "a", Primary: opt("h1:1")}, {Name: "b", Primary: opt("h2:1"), Replicas: []*goredis.Options{opt("h1:1")}}}, "tcp://h1:1 is used twice"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			b, err := NewRedis(c.shards)
-			require.ErrorIs(t, err, ErrBadConfig)
+			b, err := New(c.shards)
+			require.ErrorIs(t, err, driver.ErrInvalidOption)
 			assert.Contains(t, err.Error(), c.want)
 			assert.Nil(t, b)
 		})
 	}
 
 	t.Run("bad redis option", func(t *testing.T) {
-		b, err := NewRedis([]ShardConfig{{Name: "a", Primary: opt("h1:1")}}, WithRedisOptions(redis.WithPrefix("{bad}")))
-		require.ErrorIs(t, err, ErrBadConfig)
-		require.ErrorIs(t, err, redis.ErrInvalidPrefix)
-		assert.Contains(t, err.Error(), `shard "a" primary`)
+		b, err := New([]Config{{Name: "a", Primary: opt("h1:1")}}, WithBackendOptions(redisbackend.WithPrefix("{bad}")))
+		require.ErrorIs(t, err, driver.ErrInvalidOption)
+		assert.Contains(t, err.Error(), "prefix")
+		assert.Contains(t, err.Error(), `group "a" primary`)
 		assert.Nil(t, b)
 	})
 }
 
 func TestNewRedisFromCode(t *testing.T) {
 	primary := &goredis.Options{Addr: "127.0.0.1:1"}
-	b, err := NewRedis([]ShardConfig{
+	b, err := New([]Config{
 		{Name: "b", Primary: primary, Replicas: []*goredis.Options{{Addr: "127.0.0.1:2"}}},
 		{Name: "a", Primary: &goredis.Options{Addr: "127.0.0.1:3"}},
-	}, WithRedisOptions(redis.WithPrefix("app:")))
+	}, WithBackendOptions(redisbackend.WithPrefix("app:")))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"b", "a"}, b.Shards())
 	assert.Zero(t, primary.PoolSize, "the caller's options are not modified")
 	assert.False(t, primary.ContextTimeoutEnabled, "the caller's options are not modified")
-	assert.Len(t, b.owned, 3)
-	for _, c := range b.owned {
-		client, ok := c.(*goredis.Client)
-		require.True(t, ok)
-		assert.True(t, client.Options().ContextTimeoutEnabled, "every client ends commands at the context's deadline")
-	}
 	assert.NoError(t, b.Close())
+	ob, err := open(primary, nil)
+	require.NoError(t, err)
+	assert.True(t, ob.client.Options().ContextTimeoutEnabled, "every client ends commands at the context's deadline")
+	assert.NoError(t, ob.Close())
 }

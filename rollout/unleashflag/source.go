@@ -1,4 +1,4 @@
-package rollout
+package unleashflag
 
 import (
 	"errors"
@@ -12,9 +12,19 @@ import (
 
 	"github.com/Unleash/unleash-client-go/v4"
 	"github.com/Unleash/unleash-client-go/v4/api"
+
+	"github.com/throttlekit/throttlekit/rollout"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
-// UnleashSource is a FlagSource read from an Unleash toggle through the
+// ErrUnsupportedToggle reports an Unleash toggle whose strategies cannot be
+// read as one sticky percentage (constraints, segments, dependencies,
+// random stickiness, another group ID, a strategy other than flexibleRollout
+// or default). The Source keeps the last split it had and reports the
+// error.
+var ErrUnsupportedToggle = errors.New("unleashflag: toggle is not a sticky percentage")
+
+// Source is a rollout.FlagSource read from an Unleash toggle through the
 // official Go client (github.com/Unleash/unleash-client-go/v4). The toggle's
 // flexibleRollout percentage says which identifiers the new backend serves;
 // the identifier is the value its stickiness hashes.
@@ -42,7 +52,7 @@ import (
 //     stickiness, another group ID, other strategies): rejected with
 //     ErrUnsupportedToggle, keeping the last split.
 //
-// The group ID is pinned (WithUnleashGroupID; the feature name by default,
+// The group ID is pinned (WithGroupID; the feature name by default,
 // which is what the Unleash UI fills in) because the hash covers it: a
 // changed group ID would reshuffle every identifier, breaking stickiness and
 // monotonicity, so a toggle with another one is rejected.
@@ -52,12 +62,12 @@ import (
 // last fetched set and the source its last split. The source does not read
 // or write the client's backup file: a restarted process starts from the
 // default until the server answers.
-type UnleashSource struct {
+type Source struct {
 	feature   string
 	groupID   string
 	onError   func(error)
 	client    *unleash.Client
-	split     atomic.Pointer[Split]
+	split     atomic.Pointer[rollout.Split]
 	updates   atomic.Uint64
 	rejected  atomic.Uint64
 	errs      atomic.Uint64
@@ -66,74 +76,74 @@ type UnleashSource struct {
 	closeOnce sync.Once
 }
 
-// DefaultUnleashHTTPTimeout bounds each request of the Unleash client unless
+// DefaultHTTPTimeout bounds each request of the Unleash client unless
 // the caller passes an HTTP client of its own: the client's default,
 // http.DefaultClient, waits for ever on a server that hangs.
-const DefaultUnleashHTTPTimeout = 10 * time.Second
+const DefaultHTTPTimeout = 10 * time.Second
 
-// UnleashOption configures an UnleashSource.
-type UnleashOption func(*unleashConfig)
+// Option configures an Source.
+type Option func(*config)
 
-type unleashConfig struct {
+type config struct {
 	groupID string
 	onError func(error)
 	client  []unleash.ConfigOption
 }
 
-// WithUnleashConfig passes options to the Unleash client: at least
+// WithClientOptions passes options to the Unleash client: at least
 // unleash.WithUrl and unleash.WithAppName, usually
 // unleash.WithRefreshInterval and authorisation headers.
 //
 // The source sets two defaults these may override: metrics are disabled
 // (unleash.WithDisableMetrics(true)), since the source never calls
-// IsEnabled and has no usage to report, which also spares NewUnleashSource
+// IsEnabled and has no usage to report, which also spares New
 // the client's synchronous registration request; and the HTTP client times
-// out after DefaultUnleashHTTPTimeout. It installs its own storage
+// out after DefaultHTTPTimeout. It installs its own storage
 // (unleash.WithStorage) and listener (unleash.WithListener), which cannot be
-// overridden; use WithUnleashErrorHandler to see the client's errors.
-func WithUnleashConfig(opts ...unleash.ConfigOption) UnleashOption {
-	return func(c *unleashConfig) { c.client = append(c.client, opts...) }
+// overridden; use WithErrorHandler to see the client's errors.
+func WithClientOptions(opts ...unleash.ConfigOption) Option {
+	return func(c *config) { c.client = append(c.client, opts...) }
 }
 
-// WithUnleashGroupID pins the group ID the toggle's flexibleRollout
+// WithGroupID pins the group ID the toggle's flexibleRollout
 // strategies must carry; the default is the feature name.
-func WithUnleashGroupID(groupID string) UnleashOption {
-	return func(c *unleashConfig) { c.groupID = groupID }
+func WithGroupID(groupID string) Option {
+	return func(c *config) { c.groupID = groupID }
 }
 
-// WithUnleashErrorHandler sets a function called with the client's errors
+// WithErrorHandler sets a function called with the client's errors
 // (failed fetches) and with every rejected toggle. It is called from the
 // client's goroutines, never on the request path; a rejection is reported
 // while the client holds its repository lock, so the function must not
 // block or call the client.
-func WithUnleashErrorHandler(f func(error)) UnleashOption {
-	return func(c *unleashConfig) { c.onError = f }
+func WithErrorHandler(f func(error)) Option {
+	return func(c *config) { c.onError = f }
 }
 
-// NewUnleashSource starts an Unleash client and returns a source that follows
+// New starts an Unleash client and returns a source that follows
 // the toggle named feature. Close it to stop the client. The error wraps
-// ErrInvalidConfig, or is the client's.
-func NewUnleashSource(feature string, opts ...UnleashOption) (*UnleashSource, error) {
+// driver.ErrInvalidOption, or is the client's.
+func New(feature string, opts ...Option) (*Source, error) {
 	if feature == "" {
-		return nil, fmt.Errorf("%w: empty feature name", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: empty feature name", driver.ErrInvalidOption)
 	}
-	cfg := unleashConfig{groupID: feature}
+	cfg := config{groupID: feature}
 	for _, opt := range opts {
 		opt(&cfg)
 	}
-	s := &UnleashSource{feature: feature, groupID: cfg.groupID, onError: cfg.onError}
+	s := &Source{feature: feature, groupID: cfg.groupID, onError: cfg.onError}
 	// Defaults first, so that the caller's options override them; the
 	// storage and listener last, because the source needs its own.
 	clientOpts := []unleash.ConfigOption{
 		unleash.WithDisableMetrics(true),
-		unleash.WithHttpClient(&http.Client{Timeout: DefaultUnleashHTTPTimeout}),
+		unleash.WithHttpClient(&http.Client{Timeout: DefaultHTTPTimeout}),
 	}
 	clientOpts = append(append(clientOpts, cfg.client...),
 		unleash.WithStorage(&toggleStorage{source: s}),
-		unleash.WithListener(unleashListener{source: s}))
+		unleash.WithListener(listener{source: s}))
 	client, err := unleash.NewClient(clientOpts...)
 	if err != nil {
-		return nil, fmt.Errorf("rollout: unleash client: %w", err)
+		return nil, fmt.Errorf("unleashflag: unleash client: %w", err)
 	}
 	s.client = client
 	return s, nil
@@ -141,23 +151,23 @@ func NewUnleashSource(feature string, opts ...UnleashOption) (*UnleashSource, er
 
 // Split returns the split read from the last fetched toggle, or nil before
 // the first successful fetch.
-func (s *UnleashSource) Split() *Split { return s.split.Load() }
+func (s *Source) Split() *rollout.Split { return s.split.Load() }
 
 // Client returns the Unleash client, for instance to wait for it with
 // WaitForReady or to evaluate other toggles.
-func (s *UnleashSource) Client() *unleash.Client { return s.client }
+func (s *Source) Client() *unleash.Client { return s.client }
 
 // Close stops the client. It is safe to call more than once.
-func (s *UnleashSource) Close() error {
+func (s *Source) Close() error {
 	var err error
 	s.closeOnce.Do(func() { err = s.client.Close() })
 	return err
 }
 
-// UnleashStatus describes an UnleashSource's history.
-type UnleashStatus struct {
+// Status describes an Source's history.
+type Status struct {
 	// Split is the split in force, nil before the first answer.
-	Split *Split
+	Split *rollout.Split
 	// Updates counts fetched toggle sets the source read into a split.
 	Updates uint64
 	// Rejected counts fetched toggles that were not a sticky percentage
@@ -172,8 +182,8 @@ type UnleashStatus struct {
 }
 
 // Status returns the source's history.
-func (s *UnleashSource) Status() UnleashStatus {
-	st := UnleashStatus{Split: s.split.Load(), Updates: s.updates.Load(), Rejected: s.rejected.Load(),
+func (s *Source) Status() Status {
+	st := Status{Split: s.split.Load(), Updates: s.updates.Load(), Rejected: s.rejected.Load(),
 		Errors: s.errs.Load()}
 	if e := s.lastErr.Load(); e != nil {
 		st.LastError = *e
@@ -185,7 +195,7 @@ func (s *UnleashSource) Status() UnleashStatus {
 }
 
 // update reads a freshly fetched toggle set and publishes its split.
-func (s *UnleashSource) update(features map[string]any) {
+func (s *Source) update(features map[string]any) {
 	var toggle *api.Feature
 	if f, ok := features[s.feature].(api.Feature); ok {
 		toggle = &f
@@ -201,7 +211,7 @@ func (s *UnleashSource) update(features map[string]any) {
 	s.lastSplit.Store(time.Now().UnixNano())
 }
 
-func (s *UnleashSource) report(err error) {
+func (s *Source) report(err error) {
 	s.lastErr.Store(&err)
 	if s.onError != nil {
 		s.onError(err)
@@ -210,18 +220,18 @@ func (s *UnleashSource) report(err error) {
 
 // readToggle turns a toggle (nil when missing) into a split, as the Unleash
 // client would evaluate it with the identifier in the stickiness field.
-func readToggle(f *api.Feature, name, groupID string) (*Split, error) {
+func readToggle(f *api.Feature, name, groupID string) (*rollout.Split, error) {
 	if f == nil || !f.Enabled {
-		return killSwitch(groupID), nil
+		return rollout.KillSwitch(groupID), nil
 	}
-	reject := func(format string, args ...any) (*Split, error) {
+	reject := func(format string, args ...any) (*rollout.Split, error) {
 		return nil, fmt.Errorf("%w: toggle %q: %s", ErrUnsupportedToggle, name, fmt.Sprintf(format, args...))
 	}
 	if f.Dependencies != nil && len(*f.Dependencies) > 0 {
 		return reject("has dependencies")
 	}
 	if len(f.Strategies) == 0 {
-		return NewSplit(100, groupID)
+		return rollout.NewSplit(100, groupID)
 	}
 	percent := 0
 	for _, st := range f.Strategies {
@@ -241,7 +251,7 @@ func readToggle(f *api.Feature, name, groupID string) (*Split, error) {
 			return reject("strategy %q is not flexibleRollout", st.Name)
 		}
 	}
-	return NewSplit(percent, groupID)
+	return rollout.NewSplit(percent, groupID)
 }
 
 // readFlexibleRollout returns a flexibleRollout strategy's percentage,
@@ -286,7 +296,7 @@ func readFlexibleRollout(params api.ParameterMap, groupID string) (int, error) {
 // every fetched set to the source. The client calls Reset after each
 // successful fetch, and calls Get, List and Reset under its own lock.
 type toggleStorage struct {
-	source *UnleashSource
+	source *Source
 	data   map[string]any
 }
 
@@ -315,19 +325,19 @@ func (t *toggleStorage) List() []any {
 	return out
 }
 
-// unleashListener receives the client's errors (unleash.ErrorListener). The
+// listener receives the client's errors (unleash.ErrorListener). The
 // client needs a listener: without one its internal channels would fill.
-type unleashListener struct{ source *UnleashSource }
+type listener struct{ source *Source }
 
-func (l unleashListener) OnError(err error) {
+func (l listener) OnError(err error) {
 	l.source.errs.Add(1)
-	l.source.report(fmt.Errorf("rollout: unleash client: %w", err))
+	l.source.report(fmt.Errorf("unleashflag: unleash client: %w", err))
 }
 
-func (l unleashListener) OnWarning(error) {}
+func (l listener) OnWarning(error) {}
 
 var (
-	_ FlagSource            = (*UnleashSource)(nil)
+	_ rollout.FlagSource    = (*Source)(nil)
 	_ unleash.Storage       = (*toggleStorage)(nil)
-	_ unleash.ErrorListener = unleashListener{}
+	_ unleash.ErrorListener = listener{}
 )

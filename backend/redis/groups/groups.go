@@ -1,0 +1,134 @@
+package redisgroups
+
+import (
+	"errors"
+	"fmt"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
+	shardedbackend "github.com/throttlekit/throttlekit/backend/sharded"
+	"github.com/throttlekit/throttlekit/throttler/driver"
+)
+
+// Option configures New and Open.
+type Option func(*options)
+
+type options struct {
+	backend []redisbackend.Option
+	sharded []shardedbackend.Option
+}
+
+// WithBackendOptions passes opts to the redisbackend.New of every server:
+// a key prefix (redisbackend.WithPrefix), an expiry grace.
+func WithBackendOptions(opts ...redisbackend.Option) Option {
+	return func(o *options) { o.backend = append(o.backend, opts...) }
+}
+
+// WithShardedOptions passes opts to the shardedbackend.New that routes over
+// the groups, such as shardedbackend.WithReplicaErrorHandler.
+func WithShardedOptions(opts ...shardedbackend.Option) Option {
+	return func(o *options) { o.sharded = append(o.sharded, opts...) }
+}
+
+// New returns a sharded backend over Redis groups: for each group, a
+// go-redis client and a redisbackend.Backend for the primary, which
+// decides, and one for each replica, whose Peek runs the read-only peek
+// script there. The options in groups are copied, never modified.
+//
+// Every client it makes has ContextTimeoutEnabled set, whatever the options
+// say, so that go-redis itself ends each command at its context's deadline:
+// the throttler's per-call timeout, and the share of it a peek gives each
+// replica, hold with no goroutine per call and no command left waiting on a
+// hung server after its caller has gone.
+//
+// The layout is checked as Parse checks it (names, duplicates, addresses);
+// the error wraps driver.ErrInvalidOption and names the offending part. The
+// backend owns the clients New made: its Close closes them.
+func New(groups []Config, opts ...Option) (*shardedbackend.Backend, error) {
+	if err := validateConfigs(groups); err != nil {
+		return nil, err
+	}
+	var o options
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil Option", driver.ErrInvalidOption)
+		}
+		opt(&o)
+	}
+	var made []*ownedBackend
+	fail := func(err error) (*shardedbackend.Backend, error) {
+		for _, b := range made {
+			_ = b.Close()
+		}
+		return nil, err
+	}
+	layout := make([]shardedbackend.Shard, len(groups))
+	for i, g := range groups {
+		primary, err := open(g.Primary, o.backend)
+		if primary != nil {
+			made = append(made, primary)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("%w: group %q primary: %w", driver.ErrInvalidOption, g.Name, err))
+		}
+		layout[i] = shardedbackend.Shard{Name: g.Name, Primary: primary}
+		for j, ro := range g.Replicas {
+			replica, err := open(ro, o.backend)
+			if replica != nil {
+				made = append(made, replica)
+			}
+			if err != nil {
+				return fail(fmt.Errorf("%w: group %q replica %d: %w", driver.ErrInvalidOption, g.Name, j, err))
+			}
+			layout[i].Replicas = append(layout[i].Replicas, replica)
+		}
+	}
+	b, err := shardedbackend.New(layout, o.sharded...)
+	if err != nil {
+		return fail(err)
+	}
+	return b, nil
+}
+
+// ownedBackend is a redisbackend.Backend over a client it owns: its Close
+// closes the client.
+type ownedBackend struct {
+	*redisbackend.Backend
+	client *goredis.Client
+}
+
+var _ driver.Closer = (*ownedBackend)(nil)
+
+// Close closes the client.
+func (b *ownedBackend) Close() error { return b.client.Close() }
+
+// open makes a client from a copy of opts (go-redis fills in defaults in the
+// options it is given), with ContextTimeoutEnabled set, and a backend over
+// it that owns it.
+func open(opts *goredis.Options, backendOpts []redisbackend.Option) (*ownedBackend, error) {
+	own := *opts
+	own.ContextTimeoutEnabled = true
+	client := goredis.NewClient(&own)
+	b, err := redisbackend.New(client, backendOpts...)
+	if err != nil {
+		return nil, errors.Join(err, client.Close())
+	}
+	return &ownedBackend{Backend: b, client: client}, nil
+}
+
+// Open returns a sharded backend over the Redis groups config describes, in
+// Parse's grammar:
+//
+//	a=redis://10.0.0.1:6379?replica=redis://10.0.0.2:6379,b=redis://10.0.0.3:6379
+//
+// It is Parse followed by New; the error wraps driver.ErrInvalidOption and
+// names the offending part, never a password. Close the backend to close
+// its clients.
+func Open(config string, opts ...Option) (*shardedbackend.Backend, error) {
+	groups, err := Parse(config)
+	if err != nil {
+		return nil, err
+	}
+	return New(groups, opts...)
+}

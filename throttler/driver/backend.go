@@ -1,0 +1,122 @@
+package driver
+
+import (
+	"context"
+	"time"
+)
+
+// Request is one operation for one identifier, as a backend receives it.
+// The throttler has validated every field before a backend sees it: Policy
+// is built by NewPolicy, Identifier is 1 to MaxIdentifierLen bytes, Now lies
+// between the Unix epoch and MaxUnixMilli, and Cost is 0 to
+// Policy.Capacity for Decide and Peek, and any n >= 0 for Refund.
+type Request struct {
+	// Policy holds the limits to decide, all together.
+	Policy *Policy
+	// Identifier is what is being limited: arbitrary bytes.
+	Identifier string
+	// Cost is the number of units to consume (Decide) or give back
+	// (Refund). Zero is a peek.
+	Cost int64
+	// Now is the throttler clock's reading. Backends decide with it and
+	// never with a clock of their own.
+	Now time.Time
+	// Buffer, when not nil, is an empty slice with room for one state per
+	// limit of Policy. A backend may append its Outcome's states to it
+	// instead of allocating a slice of its own. It belongs to the
+	// throttler: a backend must not keep it after the call returns.
+	Buffer []State
+}
+
+// States returns an empty slice with room for one state per limit of
+// r.Policy: r.Buffer when it has that room, a new slice otherwise.
+func (r *Request) States() []State {
+	if n := len(r.Policy.Limits); cap(r.Buffer) >= n {
+		return r.Buffer[:0]
+	}
+	return make([]State, 0, len(r.Policy.Limits))
+}
+
+// Outcome is a backend's answer: its verdict and the limit states after the
+// operation, one per limit of the request's policy, in order. The throttler
+// computes every figure of the result from these states with Evaluate.
+type Outcome struct {
+	Allowed bool
+	States  []State
+}
+
+// Backend stores limit state and decides requests. It is the one interface a
+// store must implement; the optional interfaces below add capabilities.
+//
+// Implementations must be safe for concurrent use by any number of
+// goroutines, processes and hosts deciding for the same identifier.
+type Backend interface {
+	// Decide applies req to the identifier's policy atomically, exactly as
+	// the package function Decide would on the stored states: allowed only
+	// if every limit allows; then every limit consumes req.Cost; denied:
+	// nothing changes. Cost 0 changes nothing and opens no window. It
+	// returns the verdict and the states after the decision. A failure of
+	// the store is returned as an error, never as a verdict. Decide must
+	// return promptly once ctx is done.
+	Decide(ctx context.Context, req Request) (Outcome, error)
+}
+
+// Peeker is implemented by backends that can answer a peek more cheaply than
+// Decide with cost 0, for instance from a replica. Peek must never change
+// state. A replica may lag: Peek returns the states it read, and Evaluate
+// ignores any window that is closed at req.Now.
+//
+// Fallback: without Peeker, the throttler calls Decide with Cost 0.
+type Peeker interface {
+	Peek(ctx context.Context, req Request) (Outcome, error)
+}
+
+// Refunder is implemented by backends that can give units back. Refund gives
+// back up to req.Cost units of the current windows, exactly as the package
+// function Refund would, atomically for all limits, and returns the states
+// after it with Allowed set to true.
+//
+// Fallback: without Refunder, the throttler's Refund returns
+// errors.ErrUnsupported, and its AllowAll peeks every subject before
+// consuming any, so that a denial is usually known before anything is spent.
+type Refunder interface {
+	Refund(ctx context.Context, req Request) (Outcome, error)
+}
+
+// Resetter is implemented by backends that can forget an identifier's state
+// for a policy (an administrator's operation).
+//
+// Fallback: without Resetter, the throttler's Reset returns
+// errors.ErrUnsupported.
+type Resetter interface {
+	Reset(ctx context.Context, p *Policy, identifier string) error
+}
+
+// Pinger is implemented by backends that can check their store is reachable.
+//
+// Fallback: without Pinger, the throttler's Ping reports nil.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Nonblocking is implemented by backends whose calls never wait on I/O or
+// on another process, such as an in-process store. For them the throttler
+// skips the per-call timeout, whose context would cost more than the call.
+// A decorator reports true only when every backend it wraps does.
+//
+// Fallback: without Nonblocking, every call is bounded by the per-call
+// timeout.
+type Nonblocking interface {
+	Nonblocking() bool
+}
+
+// Closer is implemented by backends that own resources: clients they
+// opened themselves, goroutines. Close releases them; later calls return an
+// error wrapping ErrClosed. A client passed to a backend's constructor stays
+// the caller's to close. A decorator (sharded, rollout) owns the backends it
+// wraps, so its Close closes each of them that implements Closer.
+//
+// Fallback: without Closer there is nothing to release.
+type Closer interface {
+	Close() error
+}

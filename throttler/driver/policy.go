@@ -1,0 +1,222 @@
+package driver
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Algorithm selects how a limit counts.
+type Algorithm int
+
+const (
+	// FixedWindow is a fixed window anchored at the first request that
+	// finds no open window; it closes Window later (GitHub's algorithm).
+	FixedWindow Algorithm = iota
+	// AlignedWindow is a fixed window aligned on the multiples of Window
+	// since the Unix epoch, so every identifier's window closes together.
+	AlignedWindow
+	// GCRA is the generic cell rate algorithm: a smooth rate of Max per
+	// Window with a burst capacity.
+	GCRA
+)
+
+// String returns the algorithm's name in the limit notation: "fixed",
+// "aligned" or "gcra".
+func (a Algorithm) String() string {
+	switch a {
+	case FixedWindow:
+		return "fixed"
+	case AlignedWindow:
+		return "aligned"
+	case GCRA:
+		return "gcra"
+	}
+	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
+}
+
+// Bounds on what a throttler decides. Every stored time and count stays an
+// exact integer in a float64, which is what Redis Lua computes with.
+const (
+	// MaxIdentifierLen is the longest identifier, in bytes.
+	MaxIdentifierLen = 1024
+	// MinWindow is the shortest window a limit may have.
+	MinWindow = time.Millisecond
+	// MaxWindow is the longest window a limit may have (400 days).
+	MaxWindow = 400 * 24 * time.Hour
+	// MaxQuota bounds Max and the GCRA burst.
+	MaxQuota = int64(1) << 40
+	// MaxUnixMilli is the latest clock reading a throttler decides with,
+	// 2200-01-01T00:00:00Z in Unix milliseconds; the earliest is the epoch.
+	// Its Unix microseconds stay below 2^53.
+	MaxUnixMilli = int64(7258118400000)
+	// maxGCRASpanMicros bounds burst times the emission interval, so that a
+	// theoretical arrival time stays far below 2^53 microseconds.
+	maxGCRASpanMicros = int64(10 * MaxWindow / time.Microsecond)
+)
+
+// Limit is one limit of a Policy as a backend reads it: the user's quota
+// and, precomputed by NewLimit, every figure the algorithms need. Backends
+// treat it as read-only.
+type Limit struct {
+	// Name identifies the limit within its policy.
+	Name string
+	// Algorithm selects the counting rule.
+	Algorithm Algorithm
+	// Max is the number of units per window.
+	Max int64
+	// Window is the window length, whole milliseconds.
+	Window time.Duration
+	// Capacity is the largest cost one request may have: Max for fixed
+	// windows, the burst for GCRA.
+	Capacity int64
+	// WindowMillis is Window in milliseconds.
+	WindowMillis int64
+	// EmissionMicros is GCRA's emission interval T = ceil(Window / Max) in
+	// microseconds, rounded up so the rate never exceeds the nominal one.
+	// It is computed for every algorithm.
+	EmissionMicros int64
+	// Key is the limit's storage identity: its escaped name, algorithm,
+	// window in milliseconds and, for GCRA, its capacity. Two limits whose
+	// keys differ never share stored state; raising Max keeps the key, so a
+	// raised limit applies to the current window at once.
+	Key string
+}
+
+// NewLimit returns the limit of max units per window counted by alg, with
+// the given GCRA burst (0 means max; it must be 0 for fixed windows). An
+// empty name is replaced by the notation, as in "10/s". The error wraps
+// ErrInvalidLimit.
+func NewLimit(name string, alg Algorithm, max int64, window time.Duration, burst int64) (Limit, error) {
+	l := Limit{Name: name, Algorithm: alg, Max: max, Window: window, Capacity: max}
+	if alg == GCRA && burst != 0 {
+		l.Capacity = burst
+	}
+	bad := func(format string, args ...any) (Limit, error) {
+		return Limit{}, fmt.Errorf("%w: %s: %s", ErrInvalidLimit, Notation(alg, max, window, burst), fmt.Sprintf(format, args...))
+	}
+	switch {
+	case max < 1 || max > MaxQuota:
+		return bad("max must be between 1 and %d", MaxQuota)
+	case window < MinWindow || window > MaxWindow:
+		return bad("window must be between %v and %v", MinWindow, MaxWindow)
+	case window%time.Millisecond != 0:
+		return bad("window must be a whole number of milliseconds")
+	case alg < FixedWindow || alg > GCRA:
+		return bad("unknown algorithm %d", int(alg))
+	case burst < 0 || burst > MaxQuota:
+		return bad("burst must be between 0 (meaning max) and %d", MaxQuota)
+	case burst != 0 && alg != GCRA:
+		return bad("burst applies only to gcra")
+	}
+	l.WindowMillis = window.Milliseconds()
+	l.EmissionMicros = (int64(window/time.Microsecond) + max - 1) / max
+	if alg == GCRA && l.Capacity > maxGCRASpanMicros/l.EmissionMicros {
+		return bad("burst times emission interval exceeds %v", time.Duration(maxGCRASpanMicros)*time.Microsecond)
+	}
+	if l.Name == "" {
+		l.Name = Notation(alg, max, window, burst)
+	}
+	l.Key = EscapeKey(l.Name) + ":" + alg.String() + ":" + strconv.FormatInt(l.WindowMillis, 10)
+	if alg == GCRA {
+		l.Key += ":" + strconv.FormatInt(l.Capacity, 10)
+	}
+	return l, nil
+}
+
+// Notation writes a limit the way the throttler's parser reads it: "10/s",
+// "100/2h", "50/min aligned", "10/s gcra burst=20".
+func Notation(alg Algorithm, max int64, window time.Duration, burst int64) string {
+	var b strings.Builder
+	b.WriteString(strconv.FormatInt(max, 10))
+	b.WriteByte('/')
+	b.WriteString(formatWindow(window))
+	switch alg {
+	case FixedWindow:
+	case GCRA:
+		b.WriteString(" gcra")
+		if burst != 0 {
+			b.WriteString(" burst=")
+			b.WriteString(strconv.FormatInt(burst, 10))
+		}
+	default:
+		b.WriteByte(' ')
+		b.WriteString(alg.String())
+	}
+	return b.String()
+}
+
+// WindowUnits lists the window units of the limit notation with their
+// lengths, longest first.
+var windowUnits = [...]struct {
+	name string
+	d    time.Duration
+}{
+	{"week", 7 * 24 * time.Hour},
+	{"day", 24 * time.Hour},
+	{"h", time.Hour},
+	{"min", time.Minute},
+	{"s", time.Second},
+	{"ms", time.Millisecond},
+}
+
+func formatWindow(d time.Duration) string {
+	if d <= 0 {
+		return d.String()
+	}
+	for _, u := range windowUnits {
+		if d%u.d == 0 {
+			if n := d / u.d; n != 1 {
+				return strconv.FormatInt(int64(n), 10) + u.name
+			}
+			return u.name
+		}
+	}
+	return d.String()
+}
+
+// Policy is a named, ordered set of limits decided together, as a backend
+// reads it. The throttler builds one per user policy, once; backends treat
+// it as read-only and may cache per-policy work keyed by its pointer.
+type Policy struct {
+	// Name is the policy's name.
+	Name string
+	// Key is the name escaped with EscapeKey.
+	Key string
+	// Limits holds the limits, in order.
+	Limits []Limit
+	// Capacity is the smallest of the limits' capacities: the largest cost
+	// any request under the policy can ever be allowed.
+	Capacity int64
+}
+
+// NewPolicy returns the policy named name over limits, each built by
+// NewLimit. The error wraps ErrInvalidPolicy.
+func NewPolicy(name string, limits ...Limit) (*Policy, error) {
+	if name == "" {
+		return nil, fmt.Errorf("%w: empty name", ErrInvalidPolicy)
+	}
+	if len(limits) == 0 {
+		return nil, fmt.Errorf("%w: %q has no limits", ErrInvalidPolicy, name)
+	}
+	p := &Policy{Name: name, Key: EscapeKey(name), Limits: append([]Limit(nil), limits...)}
+	seen := make(map[string]bool, len(limits))
+	for i, l := range p.Limits {
+		if l.Key == "" || l.EmissionMicros == 0 {
+			return nil, fmt.Errorf("%w: %q: limit %d was not built by NewLimit", ErrInvalidPolicy, name, i)
+		}
+		if seen[l.Name] {
+			return nil, fmt.Errorf("%w: %q has two limits named %q", ErrInvalidPolicy, name, l.Name)
+		}
+		seen[l.Name] = true
+		if i == 0 || l.Capacity < p.Capacity {
+			p.Capacity = l.Capacity
+		}
+	}
+	return p, nil
+}
+
+// Valid reports whether p was built by NewPolicy (a nil or zero Policy is
+// not).
+func (p *Policy) Valid() bool { return p != nil && len(p.Limits) > 0 && p.Capacity > 0 }

@@ -1,0 +1,159 @@
+package throttler
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// DefaultCallTimeout bounds each backend call unless WithCallTimeout says
+// otherwise.
+const DefaultCallTimeout = 100 * time.Millisecond
+
+// FailureMode says what a decision becomes when the backend fails.
+type FailureMode int
+
+const (
+	// FailOpen allows the request when the backend fails (the default): an
+	// outage of the limiter's store does not become an outage of the API.
+	FailOpen FailureMode = iota
+	// FailClosed denies the request when the backend fails, with a
+	// RetryAfter of one second.
+	FailClosed
+)
+
+// String returns "open" or "closed".
+func (m FailureMode) String() string {
+	switch m {
+	case FailOpen:
+		return "open"
+	case FailClosed:
+		return "closed"
+	}
+	return fmt.Sprintf("FailureMode(%d)", int(m))
+}
+
+// Option configures a Throttler (New) or a Policy (NewPolicy, ParsePolicy).
+// WithCallTimeout and WithFailureMode work in both places: given to New they
+// set the default of every policy, given to a policy they override it. The
+// other options configure a throttler only, and a policy given one fails
+// with ErrInvalidOption.
+type Option interface {
+	apply(*settings) error
+}
+
+// settings is what options set, for a throttler or for a policy.
+type settings struct {
+	forPolicy  bool
+	clock      Clock
+	logger     *slog.Logger
+	loggerSet  bool
+	observers  []Observer
+	timeout    time.Duration
+	timeoutSet bool
+	failure    FailureMode
+	failureSet bool
+	denyCache  *denyCache
+}
+
+type optionFunc struct {
+	name          string
+	throttlerOnly bool
+	f             func(*settings) error
+}
+
+func (o optionFunc) apply(s *settings) error {
+	if o.throttlerOnly && s.forPolicy {
+		return fmt.Errorf("%w: %s configures a throttler, not a policy", ErrInvalidOption, o.name)
+	}
+	return o.f(s)
+}
+
+// WithClock sets the clock that supplies now for every decision; the
+// default is the wall clock.
+func WithClock(c Clock) Option {
+	return optionFunc{"WithClock", true, func(s *settings) error {
+		if c == nil {
+			return fmt.Errorf("%w: WithClock(nil)", ErrInvalidOption)
+		}
+		s.clock = c
+		return nil
+	}}
+}
+
+// WithObserver adds an observer that receives an Event after every
+// operation, with the caller's context; it may be given several times.
+func WithObserver(o Observer) Option {
+	return optionFunc{"WithObserver", true, func(s *settings) error {
+		if o == nil {
+			return fmt.Errorf("%w: WithObserver(nil)", ErrInvalidOption)
+		}
+		s.observers = append(s.observers, o)
+		return nil
+	}}
+}
+
+// WithLogger sets where backend failures are logged, at Warn level with the
+// caller's context; the default is slog.Default(), and nil turns logging
+// off.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc{"WithLogger", true, func(s *settings) error {
+		s.logger, s.loggerSet = l, true
+		return nil
+	}}
+}
+
+// WithCallTimeout bounds each backend call; the default is
+// DefaultCallTimeout. Zero leaves calls bound only by the caller's context.
+// A policy's own setting overrides the throttler's.
+func WithCallTimeout(d time.Duration) Option {
+	return optionFunc{"WithCallTimeout", false, func(s *settings) error {
+		if d < 0 {
+			return fmt.Errorf("%w: WithCallTimeout(%v) is negative", ErrInvalidOption, d)
+		}
+		s.timeout, s.timeoutSet = d, true
+		return nil
+	}}
+}
+
+// WithFailureMode sets what a decision becomes when the backend fails; the
+// default is FailOpen. A policy's own setting overrides the throttler's.
+func WithFailureMode(m FailureMode) Option {
+	return optionFunc{"WithFailureMode", false, func(s *settings) error {
+		if m != FailOpen && m != FailClosed {
+			return fmt.Errorf("%w: unknown failure mode %d", ErrInvalidOption, int(m))
+		}
+		s.failure, s.failureSet = m, true
+		return nil
+	}}
+}
+
+// WithDenyCache remembers up to entries recent denials, so that a request
+// that would be denied again is answered in process, with Result.Cached
+// set, until the denial's RetryAfter has passed or maxStale, whichever
+// comes first. The answer is exact except for refunds and resets made by
+// other processes, which it misses for at most maxStale; a Refund or Reset
+// through this throttler clears the identifier's entry. It works over every
+// backend. Only denials of a cost at least the cached one's are answered
+// from the cache.
+func WithDenyCache(entries int, maxStale time.Duration) Option {
+	return optionFunc{"WithDenyCache", true, func(s *settings) error {
+		if entries < 1 || maxStale <= 0 {
+			return fmt.Errorf("%w: WithDenyCache(%d, %v) needs entries >= 1 and a positive staleness", ErrInvalidOption, entries, maxStale)
+		}
+		s.denyCache = newDenyCache(entries, maxStale)
+		return nil
+	}}
+}
+
+func applyOptions(s *settings, opts []Option) error {
+	for _, o := range opts {
+		if o == nil {
+			return fmt.Errorf("%w: nil Option", ErrInvalidOption)
+		}
+		if err := o.apply(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
