@@ -1,12 +1,38 @@
 # throttlekit: the two commands a newcomer needs are `make demo` and `make test`.
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+FUZZTIME ?= 10s
 
-.PHONY: test demo demo-embedded servers vet fmt bench
+.PHONY: test test-short lint vet fuzz demo demo-embedded servers bench
 
-## test: vet, format check, then every test under the race detector (real Redis and memcached)
-test: servers vet
+## test: lint, then every test under the race detector, with real Redis and memcached servers (what CI runs)
+test: servers lint
 	$(GO) test -race -count=1 -timeout 30m ./...
+
+## test-short: unit tests only, no servers (under a minute)
+test-short:
+	$(GO) test -short -race -count=1 ./...
+
+## lint: gofmt, go vet, staticcheck (pinned) and go mod tidy -diff
+lint: vet
+	$(GO) run $(STATICCHECK) ./...
+	$(GO) mod tidy -diff
+
+## vet: gofmt check and go vet
+vet:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+## fuzz: every fuzz target, FUZZTIME each (10s unless told)
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo "fuzz $$pkg $$target"; \
+			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done
 
 ## demo: the migration demo end to end on real memcached and Redis servers
 demo: servers
@@ -19,11 +45,6 @@ demo-embedded:
 ## servers: install redis-server, redis-cli and memcached when missing
 servers:
 	./scripts/install-servers.sh
-
-vet:
-	$(GO) vet ./...
-	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
-	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 ## bench: every benchmark, once (compare ratios within one run: the machine is shared)
 bench: servers

@@ -3,6 +3,10 @@ package examples_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +33,87 @@ var examples = []example{
 		"http: 200 remaining 0",
 		"http: 429 remaining 0",
 	}},
+	{dir: "redis", env: redisEnv, want: []string{
+		"allowed=true remaining=2 binding=3/min",
+		"allowed=true remaining=0 binding=3/min",
+		"allowed=false remaining=0 binding=3/min",
+	}},
+	{dir: "redis-cluster", env: clusterEnv, want: []string{
+		"user:1 allowed=true remaining=2", "user:1 allowed=false remaining=0",
+		"user:2 allowed=true remaining=0", "user:3 allowed=false remaining=0",
+	}},
+	{dir: "redis-sentinel", env: sentinelEnv, want: []string{
+		"allowed=true remaining=2", "allowed=true remaining=0", "allowed=false remaining=0",
+	}},
+	{dir: "memcached", env: memcachedEnv, want: []string{
+		"allowed=true remaining=2", "allowed=true remaining=0", "allowed=false remaining=0",
+	}},
+	{dir: "redis-groups", env: groupsEnv, want: []string{
+		"user:1 allowed=true remaining=2", "user:1 allowed=false remaining=0",
+		"user:3 allowed=false remaining=0", "user:1 lives on group ",
+	}},
+	{dir: "rollout-static", env: rolloutEnv, want: []string{
+		"user:1 served by the", "user:4 served by the",
+		"user:1 now on the new store: allowed=true remaining=1",
+		"user:4 now on the new store: allowed=true remaining=1",
+	}},
+	{dir: "rollout-unleash", env: unleashEnv, want: []string{
+		"rollout: 100%", "user:1 served by the new store: allowed=true remaining=2",
+	}},
+}
+
+func redisEnv(t *testing.T) []string {
+	return []string{"REDIS_ADDR=" + localserver.RedisT(t, localserver.RedisOptions{}).Addr()}
+}
+
+func clusterEnv(t *testing.T) []string {
+	c := localserver.RedisClusterT(t, 3, 0)
+	return []string{"REDIS_CLUSTER_ADDRS=" + strings.Join(c.Addrs(), ",")}
+}
+
+func sentinelEnv(t *testing.T) []string {
+	primary := localserver.RedisT(t, localserver.RedisOptions{})
+	s := localserver.RedisSentinelT(t, primary, "examples", localserver.RedisOptions{})
+	return []string{"SENTINEL_ADDRS=" + s.Addr(), "SENTINEL_MASTER=examples"}
+}
+
+func memcachedEnv(t *testing.T) []string {
+	return []string{"MEMCACHED_ADDRS=" + localserver.MemcachedT(t, localserver.MemcachedOptions{}).Addr()}
+}
+
+func groupsEnv(t *testing.T) []string {
+	var groups []string
+	for _, name := range []string{"a", "b"} {
+		primary := localserver.RedisT(t, localserver.RedisOptions{})
+		replica := localserver.RedisReplicaT(t, primary, localserver.RedisOptions{})
+		groups = append(groups, fmt.Sprintf("%s=redis://%s?replica=redis://%s", name, primary.Addr(), replica.Addr()))
+	}
+	return []string{"REDIS_GROUPS=" + strings.Join(groups, ",")}
+}
+
+func rolloutEnv(t *testing.T) []string {
+	return append(memcachedEnv(t), redisEnv(t)...)
+}
+
+// unleashEnv serves the toggle the example follows at 100%, the way an
+// Unleash server's client API does. A real Unleash server needs Node and
+// PostgreSQL; the rollout/unleashflag tests cover the client's behaviour.
+func unleashEnv(t *testing.T) []string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || r.URL.Path != "/api/client/features" {
+			w.WriteHeader(http.StatusAccepted) // registration and metrics
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"version": 2, "features": []any{map[string]any{
+			"name": "ratelimit-redis", "enabled": true, "strategies": []any{map[string]any{
+				"name": "flexibleRollout", "constraints": []any{},
+				"parameters": map[string]any{"rollout": "100", "stickiness": "default", "groupId": "ratelimit-redis"},
+			}},
+		}}})
+	}))
+	t.Cleanup(srv.Close)
+	return append(rolloutEnv(t), "UNLEASH_URL="+srv.URL+"/api/", "UNLEASH_TOKEN=example")
 }
 
 // TestExamples builds every program and runs it.
@@ -126,4 +211,3 @@ func goBlocks(md string) []string {
 	}
 }
 
-var _ = localserver.Available

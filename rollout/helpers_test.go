@@ -3,7 +3,6 @@ package rollout
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -18,31 +17,6 @@ import (
 
 // t0 is the start of every manual-clock timeline.
 var t0 = time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC)
-
-// waitFor polls cond until it holds or the deadline passes. It never sleeps
-// as an assertion: the deadline is only there so a broken build fails
-// instead of hanging.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
-// waitPercent waits until src publishes a split of percent.
-func waitPercent(t testing.TB, src FlagSource, percent int) *Split {
-	t.Helper()
-	var sp *Split
-	waitFor(t, fmt.Sprintf("split of %d%%", percent), func() bool {
-		sp = src.Split()
-		return sp != nil && !sp.Killed() && sp.Percent() == percent
-	})
-	return sp
-}
 
 func mustPolicy(t testing.TB, name, limits string) *throttler.Policy {
 	t.Helper()

@@ -57,9 +57,6 @@ func PerMinute(max int64) Limit { return Per(max, time.Minute) }
 // PerHour returns a fixed-window limit of max units per hour.
 func PerHour(max int64) Limit { return Per(max, time.Hour) }
 
-// PerDay returns a fixed-window limit of max units per 24 hours.
-func PerDay(max int64) Limit { return Per(max, 24*time.Hour) }
-
 // Named returns a copy of l with the given name.
 func (l Limit) Named(name string) Limit { l.Name = name; return l }
 

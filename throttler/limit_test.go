@@ -21,7 +21,7 @@ func TestParseLimit(t *testing.T) {
 		{"10/s", throttler.PerSecond(10), "10/s"},
 		{"120/min", throttler.PerMinute(120), "120/min"},
 		{"5000/h", throttler.PerHour(5000), "5000/h"},
-		{"300000/day", throttler.PerDay(300000), "300000/day"},
+		{"300000/day", throttler.Per(300000, day), "300000/day"},
 		{"1500000/week", throttler.Per(1500000, 7*day), "1500000/week"},
 		{"100/2h", throttler.Per(100, 2*time.Hour), "100/2h"},
 		{"5/250ms", throttler.Per(5, 250*time.Millisecond), "5/250ms"},

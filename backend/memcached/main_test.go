@@ -40,6 +40,7 @@ func TestMain(m *testing.M) {
 // them on first use; it skips the test when memcached is not installed
 // (fails instead when localserver.RequireServers says so).
 func sharedAddrs(tb testing.TB, n int) []string {
+	localserver.SkipIfShort(tb)
 	tb.Helper()
 	shared.once.Do(func() {
 		for range sharedServerCount {

@@ -18,6 +18,7 @@ import (
 var benchServer sharedServer[*localserver.Redis]
 
 func benchRedis(tb testing.TB) *localserver.Redis {
+	localserver.SkipIfShort(tb)
 	return benchServer.get(tb, "starting redis-server", func() (*localserver.Redis, func() error, error) {
 		r, err := localserver.StartRedis(localserver.RedisOptions{})
 		if err != nil {

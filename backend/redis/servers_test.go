@@ -29,6 +29,7 @@ type sharedServer[T any] struct {
 }
 
 func (s *sharedServer[T]) get(tb testing.TB, what string, start func() (T, func() error, error)) T {
+	localserver.SkipIfShort(tb)
 	tb.Helper()
 	s.once.Do(func() { s.value, s.close, s.err = start() })
 	if s.err != nil {
@@ -111,9 +112,9 @@ func listReplicas(c *localserver.RedisCluster) error {
 		node := goredis.NewClient(&goredis.Options{Addr: addr})
 		defer node.Close()
 		for {
-			slots, err := node.ClusterSlots(ctx).Result()
+			slots, err := node.ClusterShards(ctx).Result()
 			if err != nil {
-				return fmt.Errorf("%s: CLUSTER SLOTS: %w", addr, err)
+				return fmt.Errorf("%s: CLUSTER SHARDS: %w", addr, err)
 			}
 			listed := len(slots) > 0
 			for _, s := range slots {
@@ -124,7 +125,7 @@ func listReplicas(c *localserver.RedisCluster) error {
 			}
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("%s: CLUSTER SLOTS lists no replica: %v", addr, slots)
+				return fmt.Errorf("%s: CLUSTER SHARDS lists no replica: %v", addr, slots)
 			case <-time.After(50 * time.Millisecond):
 			}
 		}

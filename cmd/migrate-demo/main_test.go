@@ -72,6 +72,7 @@ func requireServers(t *testing.T) {
 // Redis primaries with a replica each, the ramp 0-10-50-100% in mirror mode.
 // Every invariant must hold.
 func TestShortRunOnServers(t *testing.T) {
+	localserver.SkipIfShort(t)
 	requireServers(t)
 	v, out := runDemo(t, demoConfig(true))
 	assertPassed(t, v, out, 4)

@@ -237,13 +237,6 @@ func (p *process) close() error {
 	return p.stopLocked()
 }
 
-// running reports whether the process is currently running.
-func (p *process) running() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.cur != nil && !p.cur.exited()
-}
-
 // kill sends SIGKILL and waits for the process to be reaped.
 func kill(r *run) {
 	_ = r.cmd.Process.Kill()

@@ -15,6 +15,15 @@ func RequireServers() bool {
 
 // failStart reports a start error to tb: a missing binary skips the test
 // unless [RequireServers]; anything else fails it.
+// SkipIfShort skips tb under go test -short: short mode runs the unit
+// tests alone, with no server, even where RequireServers holds.
+func SkipIfShort(tb testing.TB) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skip("needs real servers; skipped under -short")
+	}
+}
+
 func failStart(tb testing.TB, what string, err error) {
 	tb.Helper()
 	if errors.Is(err, ErrBinaryNotFound) && !RequireServers() {
@@ -29,6 +38,7 @@ func failStart(tb testing.TB, what string, err error) {
 // when [RequireServers] is true; other errors fail it.
 func RedisT(tb testing.TB, opts RedisOptions) *Redis {
 	tb.Helper()
+	SkipIfShort(tb)
 	r, err := StartRedis(opts)
 	if err != nil {
 		failStart(tb, "starting redis-server", err)
@@ -43,6 +53,7 @@ func RedisT(tb testing.TB, opts RedisOptions) *Redis {
 // as in [RedisT].
 func RedisReplicaT(tb testing.TB, primary *Redis, opts RedisOptions) *Redis {
 	tb.Helper()
+	SkipIfShort(tb)
 	r, err := StartRedisReplica(primary, opts)
 	if err != nil {
 		failStart(tb, "starting redis-server replica", err)
@@ -57,6 +68,7 @@ func RedisReplicaT(tb testing.TB, primary *Redis, opts RedisOptions) *Redis {
 // are handled as in [RedisT].
 func RedisSentinelT(tb testing.TB, primary *Redis, masterName string, opts RedisOptions) *RedisSentinel {
 	tb.Helper()
+	SkipIfShort(tb)
 	s, err := StartRedisSentinel(primary, masterName, opts)
 	if err != nil {
 		failStart(tb, "starting redis sentinel", err)
@@ -72,6 +84,7 @@ func RedisSentinelT(tb testing.TB, primary *Redis, masterName string, opts Redis
 // fail it.
 func RedisClusterT(tb testing.TB, primaries, replicasPerPrimary int) *RedisCluster {
 	tb.Helper()
+	SkipIfShort(tb)
 	c, err := StartRedisCluster(primaries, replicasPerPrimary)
 	if err != nil {
 		failStart(tb, "starting redis cluster", err)
@@ -85,6 +98,7 @@ func RedisClusterT(tb testing.TB, primaries, replicasPerPrimary int) *RedisClust
 // it when the test ends. Errors are handled as in [RedisT].
 func MemcachedT(tb testing.TB, opts MemcachedOptions) *Memcached {
 	tb.Helper()
+	SkipIfShort(tb)
 	m, err := StartMemcached(opts)
 	if err != nil {
 		failStart(tb, "starting memcached", err)

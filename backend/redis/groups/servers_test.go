@@ -52,6 +52,7 @@ func TestMain(m *testing.M) {
 // redis-server skips the test unless localserver.RequireServers says to
 // fail.
 func servers(tb testing.TB) *testShards {
+	localserver.SkipIfShort(tb)
 	tb.Helper()
 	sharedOnce.Do(func() { sharedShards, sharedErr = startShards() })
 	if sharedErr != nil {
