@@ -281,6 +281,9 @@ var suite = []subtest{
 	{"ResetAtStableWithinWindow", testResetAtStableWithinWindow},
 	{"ResetAtStableAcrossInstancesSkew700ms", testResetAtStableAcrossInstances(700 * time.Millisecond)},
 	{"ResetAtStableAcrossInstancesSkew1s", testResetAtStableAcrossInstances(time.Second)},
+	{"ResetAtStableAcrossInstancesSkew5s", testResetAtStableAcrossInstances(5 * time.Second)},
+	{"ResetAtStableAcrossInstancesSkew30s", testResetAtStableAcrossInstances(30 * time.Second)},
+	{"PolicyRedefinitionKeepsDroppedLimits", testPolicyRedefinitionKeepsDroppedLimits},
 	// Policies and several identifiers.
 	{"PolicyAllOrNothing", testPolicyAllOrNothing},
 	{"PolicyBindingOnAllow", testPolicyBindingOnAllow},

@@ -105,7 +105,7 @@
 // units allowed, so a denied request leaves nothing behind. Nothing else is
 // relaxed: sequential timelines are exact for every backend.
 //
-// # SPEC rules and the subtests that check them
+// # docs/SPEC.md rules and the subtests that check them
 //
 // Rules marked "every subtest" are checked on every result the suite sees,
 // besides the subtests named.
@@ -121,8 +121,9 @@
 //	Words: result fields, per-limit results       PolicyPerLimitResults, DifferentialAgainstModel; every subtest
 //	Time 1: now comes from the throttler's        every subtest (a manual clock in 2030); ClosedWindowAcrossInstances,
 //	  clock; backends never read their own        ResetAtStableAcrossInstancesSkew700ms, ...Skew1s
-//	Time 2: stored expiry is garbage collection,  ClosedWindowAcrossInstances (1 ms lag), ClockBackwardsGCRA,
-//	  live state kept >= 1 s                      DifferentialAgainstModel (clock back up to 999 ms)
+//	Time 2: stored expiry is garbage collection;  ClosedWindowAcrossInstances (1 ms lag), ClockBackwardsGCRA,
+//	  clocks 30 s apart share every window        ResetAtStableAcrossInstancesSkew5s, ...Skew30s,
+//	                                              DifferentialAgainstModel (clock back up to 999 ms)
 //	Time 3: integer Unix ms (GCRA µs)             FixedWindowAnchoredBoundary (sub-ms now), GCRAEmissionIntervalRoundsUp;
 //	                                              every subtest
 //	Time 4: clock going backwards                 ClockBackwardsWithinWindow, ClockBackwardsAcrossWindowBoundary,
@@ -136,7 +137,7 @@
 //	Fixed 4: Remaining = Max - Used, never        DenialConsumesNothingFixed; every subtest
 //	  negative; cost-1 denial has Remaining 0
 //	Fixed 5: identical ResetAt for every result   ResetAtStableWithinWindow, ResetAtStableAcrossInstancesSkew700ms,
-//	  of a window, every instance (Fix 1)         ResetAtStableAcrossInstancesSkew1s, ConcurrentFixedWindowExact,
+//	  of a window, every instance (Fix 1)         ResetAtStableAcrossInstancesSkew1s, ...Skew5s, ...Skew30s, ConcurrentFixedWindowExact,
 //	                                              ConcurrentAlignedWindowExact, ConcurrentTwoInstances
 //	Fixed 6: RetryAfter 0 / ResetAt - now         all fixed-window timelines; every subtest
 //	GCRA: T = ceil(Window / Max)                  GCRAEmissionIntervalRoundsUp
@@ -157,6 +158,8 @@
 //	Refund: up to n, not below 0 / now; nothing   RefundFixedWindow, RefundGCRA, RefundAfterWindowClosed,
 //	  after the window closed                     ConcurrentRefund
 //	Reset: forgets one identifier's state         ResetForgetsState
+//	Policies redefined: a dropped limit keeps     PolicyRedefinitionKeepsDroppedLimits
+//	  its state for the old definition
 //	Keys 1: policy and limit identity; two        PoliciesNeverShareCounters, LimitsNeverShareCounters, KeyJoinCollisions
 //	  limits never share a counter
 //	Keys 2: distinct identifiers never collide    IdentifierArbitraryBytes, IdentifierLongNearDuplicates, KeyJoinCollisions,

@@ -265,3 +265,38 @@ func testAllowAllAllowsWhenAllAllow(t *testing.T, e *env) {
 		}
 	}
 }
+
+// testPolicyRedefinitionKeepsDroppedLimits: deciding under a new definition
+// of a policy that drops one of its limits leaves that limit's state as it
+// was; deciding again under the old definition finds it (docs/SPEC.md,
+// Policies redefined).
+func testPolicyRedefinitionKeepsDroppedLimits(t *testing.T, e *env) {
+	both := mustPolicy(t, "redefined",
+		throttler.PerMinute(3).Named("minute"),
+		throttler.PerHour(100).Named("hour"))
+	hourOnly := mustPolicy(t, "redefined", throttler.PerHour(100).Named("hour"))
+	e.at(0)
+	var first throttler.Result
+	for i := range 3 {
+		first = e.main.allow(t, fmt.Sprintf("t0 #%d under both", i), both, "user", 1)
+		if !first.Allowed {
+			t.Fatalf("t0 #%d under both: denied, want allowed", i)
+		}
+	}
+	e.at(10 * sec)
+	r := e.main.allow(t, "t10s under the hour alone", hourOnly, "user", 1)
+	if !r.Allowed || r.Limits[0].Used != 4 {
+		t.Errorf("t10s under the hour alone: allowed %v, hour Used %d; want allowed, 4", r.Allowed, r.Limits[0].Used)
+	}
+	e.at(20 * sec)
+	r = e.main.allow(t, "t20s under both again", both, "user", 1)
+	if r.Allowed {
+		t.Errorf("t20s under both again: allowed; the minute limit dropped by the redefinition must still be spent")
+	}
+	if got := r.Limits[0]; got.Used != 3 || !got.ResetAt.Equal(first.Limits[0].ResetAt) {
+		t.Errorf("t20s under both again: minute Used %d ResetAt %v; want 3, %v", got.Used, got.ResetAt, first.Limits[0].ResetAt)
+	}
+	if got := r.Limits[1].Used; got != 4 {
+		t.Errorf("t20s under both again: hour Used %d, want 4 (units from both definitions)", got)
+	}
+}
