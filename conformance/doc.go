@@ -1,9 +1,11 @@
 // Package conformance is the executable form of throttlekit's behaviour
-// contract (SPEC.md): a test suite any driver.Backend must pass, in or
-// outside this repository, and a reference model of the contract.
+// contract (docs/SPEC.md; "SPEC" below means that page): a test suite any
+// driver.Backend must pass, in or outside this repository, and a reference
+// model of the contract.
 //
-// Its production code imports only the standard library and package
-// throttler, so a backend written elsewhere can import it cheaply.
+// Its production code imports only the standard library and packages
+// throttler and throttler/driver, neither of which imports a client SDK, so
+// a backend written elsewhere can import it cheaply.
 //
 // # Using the suite
 //

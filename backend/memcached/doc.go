@@ -1,13 +1,17 @@
-// Package memcached is a throttlekit backend over memcached, through
+// Package memcachedbackend (import path
+// github.com/throttlekit/throttlekit/backend/memcached) is a throttlekit
+// backend over memcached, through
 // github.com/bradfitz/gomemcache. It keeps the old limiter's idea, a count
 // plus a stored window end, and meets the same contract as every other
-// backend (SPEC.md), including under concurrency, evictions and lost
+// backend (docs/SPEC.md), including under concurrency, evictions and lost
 // servers. Where memcached cannot give the exactness of one atomic script,
 // this page says precisely what can happen.
 //
-//	client, err := memcached.NewClient(100*time.Millisecond, "10.0.0.1:11211", "10.0.0.2:11211")
-//	backend, err := memcached.New(client, memcached.WithPrefix("api"))
-//	th := throttler.New(backend)
+//	client, err := memcachedbackend.NewClient(100*time.Millisecond, "10.0.0.1:11211", "10.0.0.2:11211")
+//	backend, err := memcachedbackend.New(client, memcachedbackend.WithPrefix("api"))
+//	th, err := throttler.New(backend)
+//
+// docs/DESIGN.md gives the window protocol below as a numbered argument.
 //
 // Backend implements driver.Backend, Peeker, Refunder, Resetter and
 // Pinger.
@@ -40,7 +44,7 @@
 // Every key is route "|" kind ":" limit, where
 //
 //	route = prefix ":" policy ":" identifier   (each part driver.EscapeKey'd)
-//	limit = throttler.Policy.Limits[i].Key        (name, algorithm, window, burst)
+//	limit = driver.Policy.Limits[i].Key           (name, algorithm, window, burst)
 //	kind  = "w" window item, "g" GCRA item, "c" counter (then ":" end ":" token)
 //
 // EscapeKey leaves only letters, digits, '-', '.', '_' and "%XX", so keys
@@ -63,7 +67,7 @@
 //     end is at or before now is closed, whatever the item still holds.
 //  2. When a window must be opened, a GCRA limit already denies on what was
 //     read, or n exceeds a limit's capacity: one multi-get of the open
-//     windows' counters, then throttler.Decide on that snapshot. A denial
+//     windows' counters, then driver.Decide on that snapshot. A denial
 //     here writes nothing.
 //  3. Units are taken limit by limit, in three ranks, each in policy
 //     order: (a) fixed windows that did not start at now: windows opened
@@ -95,9 +99,9 @@
 // other windows are open. A denial by a one-limit fixed window takes 3
 // (get, incr, decr); a denial a GCRA limit makes on the first read takes 1;
 // a denied request that retracts a window it opened takes two more (read
-// the counter, swap it). Peek takes 2, or 1 when no window is open. SPEC's
-// one round trip per decision is for stores with server-side scripts;
-// memcached has none.
+// the counter, swap it). Peek takes 2, or 1 when no window is open. The
+// contract's one round trip per decision is for stores with server-side
+// scripts; memcached has none.
 //
 // # Concurrency
 //
@@ -270,11 +274,11 @@
 //
 // Expirations are garbage collection only, never a decision: a window is
 // closed when its end is at or before the request's now, whatever the
-// item's expiry. Items expire at least four seconds after their state
+// item's expiry. Items expire at least 33 seconds after their state
 // stops mattering (window items at their end, counters a second later, GCRA
 // items at their TAT), computed from the request's now and rounded up to
-// whole seconds: SPEC's one second of grace plus three for memcached's own
-// clock, which ticks once a second from a timer and lags further when that
+// whole seconds: the contract's 30 s of grace for clocks that differ
+// between hosts, plus three for memcached's own clock, which ticks once a second from a timer and lags further when that
 // timer fires late on a loaded host. An item that expired before its
 // window ended would make the next request open a new window, a reset time
 // that wobbles without any error.
