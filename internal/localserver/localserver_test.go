@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // cmdDeadline bounds every single command the tests send.
@@ -216,9 +218,9 @@ func TestRedisCluster(t *testing.T) {
 func clusterSet(t *testing.T, addr, key, val string) string {
 	t.Helper()
 	_, err := redisDo(addr, cmdDeadline, "SET", key, val)
-	var re respError
-	if errors.As(err, &re) && strings.HasPrefix(string(re), "MOVED ") {
-		f := strings.Fields(string(re))
+	var re redis.Error
+	if errors.As(err, &re) && strings.HasPrefix(re.Error(), "MOVED ") {
+		f := strings.Fields(re.Error())
 		addr = f[len(f)-1]
 		_, err = redisDo(addr, cmdDeadline, "SET", key, val)
 	}

@@ -1,60 +1,83 @@
 package localserver
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
-// This file holds the minimal RESP2 client the package needs for readiness
-// checks and topology queries (PING, INFO, CLUSTER INFO, CLUSTER NODES).
+// This file holds the Redis commands the package sends for readiness checks
+// and topology queries (PING, INFO, CLUSTER INFO, CLUSTER NODES, SENTINEL),
+// through go-redis.
 
-// respError is an error reply ("-ERR ...") from Redis.
-type respError string
-
-func (e respError) Error() string { return "redis: " + string(e) }
-
-// maxBulkLen bounds bulk strings and arrays read from the server.
-const maxBulkLen = 64 << 20
-
-// respConn is one connection to a Redis server.
+// respConn is one client connection to a Redis server or sentinel, for a
+// handful of commands under one context.
 type respConn struct {
-	conn net.Conn
-	r    *bufio.Reader
+	client *redis.Client
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
-// dialRESP connects to addr, giving up at deadline. Every later command must
-// also finish by that deadline.
+// dialRESP returns a connection to addr whose commands must all finish by
+// deadline.
 func dialRESP(addr string, deadline time.Time) (*respConn, error) {
-	d := net.Dialer{Deadline: deadline}
-	c, err := d.Dial("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.SetDeadline(deadline); err != nil {
-		c.Close()
-		return nil, err
-	}
-	return &respConn{conn: c, r: bufio.NewReader(c)}, nil
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	return newRESP(ctx, cancel, addr), nil
 }
 
-// dialContextRESP connects to addr; I/O fails once ctx is done.
+// dialContextRESP returns a connection to addr whose commands fail once ctx
+// is done.
 func dialContextRESP(ctx context.Context, addr string) (*respConn, error) {
-	c, err := dialContext(ctx, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &respConn{conn: c, r: bufio.NewReader(c)}, nil
+	ctx, cancel := context.WithCancel(ctx)
+	return newRESP(ctx, cancel, addr), nil
 }
 
-// dialContext dials addr over TCP. I/O on the connection fails once ctx is
-// done: at its deadline, or as soon as it is canceled.
+func newRESP(ctx context.Context, cancel context.CancelFunc, addr string) *respConn {
+	client := redis.NewClient(&redis.Options{
+		Addr: addr,
+		// RESP2 keeps replies plain: strings, integers, arrays.
+		Protocol: 2,
+		// One connection, no retry: a readiness check must see the server
+		// as it is.
+		PoolSize:   1,
+		MaxRetries: -1,
+		// The context bounds every command; sentinels answer no CLIENT
+		// SETINFO.
+		ContextTimeoutEnabled: true,
+		DisableIdentity:       true,
+	})
+	return &respConn{client: client, ctx: ctx, cancel: cancel}
+}
+
+// Close closes the connection.
+func (c *respConn) Close() error {
+	c.cancel()
+	return c.client.Close()
+}
+
+// do sends one command and returns its reply, decoded as string (simple and
+// bulk strings), int64, []any or nil (a null reply). An error reply is an
+// error that errors.As matches with redis.Error.
+func (c *respConn) do(args ...string) (any, error) {
+	cmdArgs := make([]any, len(args))
+	for i, a := range args {
+		cmdArgs[i] = a
+	}
+	v, err := c.client.Do(c.ctx, cmdArgs...).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	return v, err
+}
+
+// dialContext dials addr over TCP (memcached's text protocol needs no
+// client library here). I/O on the connection fails once ctx is done: at its
+// deadline, or as soon as it is canceled.
 func dialContext(ctx context.Context, addr string) (*connCtx, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
@@ -81,81 +104,6 @@ type connCtx struct {
 func (c *connCtx) Close() error {
 	c.stop()
 	return c.Conn.Close()
-}
-
-func (c *respConn) Close() error { return c.conn.Close() }
-
-// do sends one command and reads its reply. Replies are decoded as string
-// (simple and bulk strings), int64, []any, nil (null) or a respError.
-func (c *respConn) do(args ...string) (any, error) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := io.WriteString(c.conn, b.String()); err != nil {
-		return nil, err
-	}
-	return readReply(c.r)
-}
-
-// readReply decodes one RESP2 reply.
-func readReply(r *bufio.Reader) (any, error) {
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return nil, err
-	}
-	line = strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")
-	if line == "" {
-		return nil, errors.New("redis: empty reply line")
-	}
-	body := line[1:]
-	switch line[0] {
-	case '+':
-		return body, nil
-	case '-':
-		return nil, respError(body)
-	case ':':
-		return strconv.ParseInt(body, 10, 64)
-	case '$':
-		n, err := strconv.Atoi(body)
-		if err != nil || n > maxBulkLen {
-			return nil, fmt.Errorf("redis: bad bulk length %q", body)
-		}
-		if n < 0 {
-			return nil, nil
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return nil, err
-		}
-		return string(buf[:n]), nil
-	case '*':
-		n, err := strconv.Atoi(body)
-		if err != nil || n > maxBulkLen {
-			return nil, fmt.Errorf("redis: bad array length %q", body)
-		}
-		if n < 0 {
-			return nil, nil
-		}
-		arr := make([]any, n)
-		for i := range arr {
-			v, err := readReply(r)
-			// An error element is part of the array, not a failure.
-			var re respError
-			if errors.As(err, &re) {
-				arr[i] = re
-				continue
-			}
-			if err != nil {
-				return nil, err
-			}
-			arr[i] = v
-		}
-		return arr, nil
-	default:
-		return nil, fmt.Errorf("redis: unexpected reply %q", line)
-	}
 }
 
 // redisDo runs a single command on a fresh connection to addr.
