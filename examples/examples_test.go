@@ -210,4 +210,3 @@ func goBlocks(md string) []string {
 		md = md[j+3:]
 	}
 }
-
