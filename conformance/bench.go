@@ -16,7 +16,7 @@ import (
 const manyIdentifiers = 10_000
 
 // RunBenchmarks measures a backend through a Throttler on the wall clock
-// (throttler.SystemClock), each sub-benchmark with a fresh harness from
+// (the wall clock), each sub-benchmark with a fresh harness from
 // newHarness, at 1, 16 and 64 goroutines (explicit goroutines, so the
 // count is what the name says whatever GOMAXPROCS is):
 //

@@ -84,7 +84,7 @@
 //
 // DifferentialAgainstModel replays random sequences of AllowN, Peek, Refund
 // and Reset through the backend and through Model, a second implementation
-// of SPEC written from its text alone (it does not call throttler.Decide,
+// of SPEC written from its text alone (it does not call driver.Decide,
 // Refund or Evaluate), and compares every field of every result. A slip in
 // the backend, in package throttler's arithmetic, or in the model shows up
 // as a disagreement, reported with the seed and the operations before it.

@@ -3,7 +3,7 @@
 // X-RateLimit-* headers, in the IETF draft's RateLimit-Policy and RateLimit
 // fields (draft-ietf-httpapi-ratelimit-headers-10) and in Retry-After.
 //
-//	th := throttler.New(memory.New())
+//	th, err := throttler.New(memorybackend.New())
 //	anon, _ := throttler.ParsePolicy("anonymous", "60/h")
 //	users, _ := throttler.ParsePolicy("users", "5000/h")
 //	lim, err := middleware.New(th, []middleware.Rule{

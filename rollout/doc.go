@@ -6,13 +6,12 @@
 // A Backend wraps an old and a new driver.Backend and is itself a
 // driver.Backend, so a throttler.Throttler uses it like any store:
 //
-//	flag, err := rollout.NewUnleashSource("ratelimit-redis", rollout.WithUnleashConfig(
-//		unleash.WithUrl("https://unleash.example.com/api/"),
-//		unleash.WithAppName("api"),
-//		unleash.WithCustomHeaders(http.Header{"Authorization": {token}}),
-//	))
+//	flag, err := rollout.NewStaticSource(10) // or unleashflag.New, an Unleash toggle
 //	backend, err := rollout.New(memcachedBackend, redisBackend, flag, rollout.WithMode(rollout.MirrorMode))
-//	th := throttler.New(backend)
+//	th, err := throttler.New(backend)
+//
+// The Unleash flag source lives in package unleashflag (rollout/unleashflag),
+// so that a program with a static percentage links no Unleash client.
 //
 // # Stickiness and monotonicity
 //
@@ -83,10 +82,10 @@
 //
 // # Flag sources
 //
-// A FlagSource publishes Split values. UnleashSource follows a toggle on an
+// A FlagSource publishes Split values. unleashflag.Source follows a toggle on an
 // Unleash server through the official Go client: its flexibleRollout
 // percentage, with the identifier as the value stickiness hashes (see
-// UnleashSource for the toggles it accepts). StaticSource holds a
+// unleashflag.Source for the toggles it accepts). StaticSource holds a
 // percentage set in the program, changeable at run time with Set. Give a
 // StaticSource the Unleash toggle's group ID (WithStaticGroupID) to switch
 // between the two without moving anyone.

@@ -1,4 +1,6 @@
-// Package redis is throttlekit's Redis backend: one Lua script call decides
+// Package redisbackend (import path
+// github.com/throttlekit/throttlekit/backend/redis) is throttlekit's Redis
+// backend: one Lua script call decides
 // one identifier's whole policy, every limit at once, atomically and all or
 // nothing, in one network round trip. Redis runs each script alone, so
 // decisions are exact under any concurrency and for any cost: with cost 1,
@@ -11,29 +13,29 @@
 // New takes any go-redis client; the backend needs only Client, a small
 // part of each. A standalone server:
 //
-//	rdb := goredis.NewClient(&goredis.Options{
+//	rdb := redis.NewClient(&redis.Options{
 //		Addr: "localhost:6379", ContextTimeoutEnabled: true})
-//	backend, err := redis.New(rdb)
+//	backend, err := redisbackend.New(rdb)
 //
 // A Redis Cluster (all of an identifier's keys share one slot, see Keys):
 //
-//	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{
+//	rdb := redis.NewClusterClient(&redis.ClusterOptions{
 //		Addrs: addrs, ContextTimeoutEnabled: true})
-//	backend, err := redis.New(rdb)
+//	backend, err := redisbackend.New(rdb)
 //
-// Sentinel (a failover client is a *goredis.Client that follows the
+// Sentinel (a failover client is a *redis.Client that follows the
 // primary Sentinel names; decisions survive the failover, see Scripts):
 //
-//	rdb := goredis.NewFailoverClient(&goredis.FailoverOptions{
+//	rdb := redis.NewFailoverClient(&redis.FailoverOptions{
 //		MasterName: "throttle", SentinelAddrs: sentinels,
 //		ContextTimeoutEnabled: true})
-//	backend, err := redis.New(rdb)
+//	backend, err := redisbackend.New(rdb)
 //
 // go-redis's auto-pipeliner batches the script calls of concurrent
 // decisions into pipelines, which raises throughput under load:
 //
 //	ap, err := rdb.AutoPipeline()
-//	backend, err := redis.New(ap)
+//	backend, err := redisbackend.New(ap)
 //
 // # Timeouts
 //
@@ -42,12 +44,12 @@
 // stopped or hung server costs a caller at most that timeout, on every
 // client. How the backend keeps that promise depends on the client.
 //
-// A *goredis.Client, *goredis.ClusterClient or *goredis.Ring with
+// A *redis.Client, *redis.ClusterClient or *redis.Ring with
 // ContextTimeoutEnabled set takes its socket deadlines from the context,
 // and the backend runs each command on the caller's goroutine. That is the
 // recommended setting: it costs nothing per call.
 //
-//	rdb := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
+//	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 //
 // Without it, go-redis ignores the context's deadline once a command is on
 // the wire and waits for the reply up to its ReadTimeout (5 s by default);
@@ -78,12 +80,12 @@
 // replica accepts. WithReadClient sends them to a client of their own:
 //
 //	// A standalone replica, or a Sentinel client with ReplicaOnly set:
-//	backend, err := redis.New(primary, redis.WithReadClient(replica))
+//	backend, err := redisbackend.New(primary, redisbackend.WithReadClient(replica))
 //
 //	// The replicas of a cluster:
-//	reads := goredis.NewClusterClient(&goredis.ClusterOptions{
+//	reads := redis.NewClusterClient(&redis.ClusterOptions{
 //		Addrs: addrs, ReadOnly: true})
-//	backend, err := redis.New(rdb, redis.WithReadClient(reads))
+//	backend, err := redisbackend.New(rdb, redisbackend.WithReadClient(reads))
 //
 // A replica may lag and may still hold a window that has closed. Peeks never
 // trust that: a window counts only while the throttler's now is before its
@@ -125,9 +127,9 @@
 // expiry grace and each limit's algorithm, Max, window and Burst. Each
 // returns integers: the verdict and every limit's state (Used, End). The
 // throttler computes every figure of the result from those with
-// throttler.Evaluate.
+// driver.Evaluate.
 //
-// decide.lua and refund.lua mirror throttler.Decide and throttler.Refund
+// decide.lua and refund.lua mirror driver.Decide and driver.Refund
 // line for line, as the helpers in common.lua mirror the functions they
 // call, with the same names and order and comments naming each Go function;
 // a test runs both on the same random sequences and requires identical

@@ -1,12 +1,14 @@
-// Package sharded spreads identifiers over several groups of servers, each
+// Package shardedbackend (import path
+// github.com/throttlekit/throttlekit/backend/sharded) spreads identifiers over several groups of servers, each
 // a primary with zero or more replicas: how the Redis backend grows past one
 // server, the way GitHub runs its limiter. The application, not the store,
 // picks for each identifier the group that holds its state.
 //
 // The core is generic: a Shard is a name, a primary driver.Backend and
-// replicas that are throttler.Peekers, so any backend can be a shard (New).
-// NewRedis and OpenRedis build the usual case, Redis primaries and replicas,
-// from code or from one configuration string.
+// replicas that are driver.Peekers, so any backend can be a shard (New).
+// Package redisgroups (backend/redis/groups) builds the usual case, Redis
+// primaries and replicas, from code or from one configuration string; this
+// package imports no client SDK.
 //
 // # Routing
 //
@@ -17,12 +19,11 @@
 // the policy: every key of one identifier, under every policy, lives on one
 // shard.
 //
-// Score hashes the identifier and the shard name each with FNV-1a 64
-// followed by MurmurHash3's 64-bit finalizer, and scores their XOR with the
-// finalizer again (see Score for the formula); the memcached backend's
-// server selector routes by the same function. It is written out in this
-// module and is the same in every process, on every platform, in every
-// version: it is part of the on-wire contract, like the key layout of the
+// Score hashes the identifier and the shard name each with the 64-bit
+// xxHash and scores the pair with xxHash again (see Score for the formula);
+// the memcached backend's server selector routes by the same function. It
+// is the same in every process, on every platform, in every version, pinned
+// by golden values in the tests: it is part of the on-wire contract, like the key layout of the
 // Redis backend. Every process that shares shards must use the same names
 // and this same function, or they count one identifier in two places.
 // Changing it reshards everything.
@@ -71,9 +72,9 @@
 // without persistence) loses the windows it held, and only those.
 //
 // Each call to a down or hung shard costs at most the throttler's per-call
-// timeout: the clients NewRedis and OpenRedis make have ContextTimeoutEnabled
+// timeout: the clients redisgroups makes have ContextTimeoutEnabled
 // set, so go-redis ends every command at its context's deadline (see
-// Timeouts in package redis for clients built by hand and given to New).
+// Timeouts in package redisbackend for clients built by hand and given to New).
 // Tune the clients so that a refused connection is reported sooner: go-redis
 // retries commands (max_retries) and dials (DialerRetries, five attempts
 // 100 ms apart by default) before it gives up.
@@ -83,8 +84,9 @@
 // a concurrent request may see those units spent in between.
 //
 // Ping pings every primary and replica at once and joins the failures,
-// each naming its shard and server. Close closes the clients NewRedis and
-// OpenRedis made; a Backend from New owns nothing.
+// each naming its shard and server. The Backend owns the backends it
+// shards: Close closes each of them that implements driver.Closer (those
+// redisgroups made close their clients).
 //
 // # Resharding
 //
@@ -98,7 +100,7 @@
 // Where that matters, move with the rollout package's mirror mode:
 //
 //  1. Build the new layout with a key prefix of its own
-//     (WithRedisOptions(redis.WithPrefix("app-v2:"))). Sharing the old
+//     (redisgroups.WithBackendOptions(redisbackend.WithPrefix("app-v2:"))). Sharing the old
 //     prefix would make the mirror count twice every identifier that the
 //     two layouts place on the same server.
 //  2. Serve from rollout.New(oldLayout, newLayout, source,
@@ -111,39 +113,6 @@
 //     none gets its quota twice.
 //
 // The tests TestReshardingStartsMovedIdentifiersAfresh and
-// TestMirrorModeCarriesWindowsAcrossReshard show both, on real servers.
-//
-// # Configuration string
-//
-// OpenRedis and ParseConfig read a layout from one string, for instance
-// an environment variable:
-//
-//	a=redis://10.0.0.1:6379?replica=redis://10.0.0.2:6379,b=redis://10.0.0.3:6379?replica=redis://10.0.0.4:6379
-//
-// Grammar (whitespace around entries, names and URLs is ignored):
-//
-//	config  = shard *( "," shard )
-//	shard   = name "=" url
-//	name    = 1*64( ALPHA / DIGIT / "." / "_" / "-" )
-//	url     = a URL go-redis's ParseURL reads (redis://, rediss://, unix://),
-//	          whose query may also hold "replica=" parameters, one per replica
-//
-// The other query parameters of a shard URL are go-redis options
-// (dial_timeout, read_timeout, max_retries, db...); they apply to the
-// primary and to every replica of the shard, as do the primary's database
-// and, unless a replica URL has its own, its user name and password.
-// context_timeout_enabled may be given, but only as true: every client has
-// it set. A replica URL holds only a scheme (redis or rediss beside a TCP
-// primary, unix beside a socket), optional user info and an address,
-// written as it would be on its own (or percent-encoded whole). A ','
-// inside a URL is written %2C.
-//
-// Every malformed or ambiguous configuration is an error wrapping
-// ErrBadConfig that names the offending part, with passwords masked: no
-// shards, an empty entry, a missing '=', an empty, invalid or duplicate
-// name, a URL go-redis rejects (scheme, port, database, unknown
-// parameter), a context_timeout_enabled other than true or 1, a replica URL
-// with a path, query or fragment, a replica with its primary's address,
-// and one address used twice, within a shard or by two shards. Addresses
-// are compared as written; host names are not resolved.
+// TestMirrorModeCarriesWindowsAcrossReshard (backend/redis/groups) show
+// both, on real servers.
 package shardedbackend

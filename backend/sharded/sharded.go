@@ -234,8 +234,8 @@ func (b *Backend) Decide(ctx context.Context, req driver.Request) (driver.Outcom
 // is given a context with at most half of ctx's remaining time, so that a
 // hung replica leaves the primary time to answer, provided the replica's
 // Peek returns when its context is done: the Redis backend's does on every
-// client (see Timeouts in package redis), and on those NewRedis and
-// OpenRedis make it needs no extra goroutine.
+// client (see Timeouts in package redisbackend), and on those
+// redisgroups makes it needs no extra goroutine.
 //
 // A replica may lag behind its primary. It can show fewer units than the
 // primary holds (a peek is advice, the next decision on the primary is

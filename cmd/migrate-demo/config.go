@@ -64,7 +64,7 @@ type Config struct {
 	// Tolerance is how many percentage points the measured share of
 	// identifiers on the new backend may stray from the target.
 	Tolerance float64
-	// CallTimeout bounds each backend call (throttler.WithTimeout).
+	// CallTimeout bounds each backend call (throttler.WithCallTimeout).
 	CallTimeout time.Duration
 	// Progress is the interval between progress lines; 0 prints none.
 	Progress time.Duration

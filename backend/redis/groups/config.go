@@ -11,11 +11,11 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// Config describes one Redis shard: a primary and its replicas, as
-// go-redis client options. NewRedis makes one client per server, always
+// Config describes one Redis group: a primary and its replicas, as
+// go-redis client options. New makes one client per server, always
 // with ContextTimeoutEnabled set.
 type Config struct {
-	// Name is the shard's name (see shardedbackend.Shard.Name).
+	// Name is the group's name (see shardedbackend.Shard.Name).
 	Name string
 	// Primary is the options of the primary's client.
 	Primary *goredis.Options
@@ -32,7 +32,7 @@ const replicaParam = "replica"
 // cannot turn it off.
 const contextTimeoutParam = "context_timeout_enabled"
 
-// ParseConfig reads a layout of Redis shards from one string, such as the
+// Parse reads a layout of Redis groups from one string, such as the
 // value of an environment variable:
 //
 //	a=redis://10.0.0.1:6379?replica=redis://10.0.0.2:6379,b=redis://10.0.0.3:6379
@@ -57,7 +57,7 @@ const contextTimeoutParam = "context_timeout_enabled"
 // own would be; a replica URL percent-encoded whole (no "://" left in it)
 // is decoded first.
 //
-// Every Options returned has ContextTimeoutEnabled set, as NewRedis sets it
+// Every Options returned has ContextTimeoutEnabled set, as New sets it
 // anyway. A shard URL may say context_timeout_enabled=true (or 1), but
 // cannot turn it off.
 //
@@ -264,7 +264,7 @@ func redact(s string) string {
 	return s
 }
 
-// validateConfigs checks a layout for what NewRedis and ParseConfig both
+// validateConfigs checks a layout for what New and Parse both
 // refuse: no shards, bad or duplicate names, nil options, and addresses
 // used twice.
 func validateConfigs(shards []Config) error {
