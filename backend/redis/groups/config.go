@@ -3,10 +3,11 @@ package redisgroups
 import (
 	"errors"
 	"fmt"
-	shardedbackend "github.com/throttlekit/throttlekit/backend/sharded"
-	"github.com/throttlekit/throttlekit/throttler/driver"
 	"net/url"
 	"strings"
+
+	shardedbackend "github.com/throttlekit/throttlekit/backend/sharded"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -64,18 +65,23 @@ const contextTimeoutParam = "context_timeout_enabled"
 // A ',' inside a URL (in a password, say) must be written %2C, and a '&'
 // in a replica's user info %26.
 //
-// Anything malformed or ambiguous is an error wrapping driver.ErrInvalidOption that
-// names the offending part, with passwords masked: no shards, an empty
-// entry, a missing '=', an empty, invalid or duplicate name, a URL go-redis
-// rejects (bad scheme, port or database, unknown parameter), a
-// context_timeout_enabled other than true or 1, a replica URL with a path,
-// query or fragment, or of another kind of scheme than its primary, a
-// replica with the address of its primary, and an address used twice,
-// within a shard or by two shards. Addresses are compared as written (host
-// names are not resolved).
+// Anything malformed or ambiguous is an error wrapping
+// driver.ErrInvalidOption that names the offending entry by its position
+// and says what is wrong: no groups, an empty entry, a missing '=', an
+// empty, invalid or duplicate name, a URL go-redis rejects (bad scheme,
+// port or database, unknown parameter), a context_timeout_enabled other
+// than true or 1, a replica URL with a path, query or fragment, or of
+// another kind of scheme than its primary, a replica with the address of
+// its primary, and an address used twice, within a group or by two groups.
+// Addresses are compared as written (host names are not resolved).
+//
+// The error never quotes the configuration: not a name, a host, a
+// parameter or any other part of it. A password holding ',', '#', '/', '?'
+// or '@' unescaped splits the string in places nobody can predict, so any
+// quoted part could be a piece of it; positions are safe to print.
 func Parse(config string) ([]Config, error) {
 	if strings.TrimSpace(config) == "" {
-		return nil, fmt.Errorf("%w: no shards (empty configuration)", driver.ErrInvalidOption)
+		return nil, fmt.Errorf("%w: no groups (empty configuration)", driver.ErrInvalidOption)
 	}
 	entries := strings.Split(config, ",")
 	shards := make([]Config, 0, len(entries))
@@ -86,19 +92,20 @@ func Parse(config string) ([]Config, error) {
 		}
 		name, rawURL, ok := strings.Cut(entry, "=")
 		if !ok {
-			return nil, fmt.Errorf("%w: entry %d %q: missing '=' between shard name and URL", driver.ErrInvalidOption, i+1, redact(entry))
+			return nil, fmt.Errorf("%w: entry %d: missing '=' between group name and URL (a ',' in a password must be written %%2C)", driver.ErrInvalidOption, i+1)
 		}
 		name, rawURL = strings.TrimSpace(name), strings.TrimSpace(rawURL)
-		if err := shardedbackend.CheckName(name); err != nil {
-			return nil, fmt.Errorf("%w: entry %d: %w", driver.ErrInvalidOption, i+1, err)
+		if shardedbackend.CheckName(name) != nil {
+			return nil, fmt.Errorf("%w: entry %d: the group name must be 1 to %d ASCII letters, digits, '.', '_' or '-'",
+				driver.ErrInvalidOption, i+1, shardedbackend.MaxNameLen)
 		}
 		sc, err := parseShardURL(name, rawURL)
 		if err != nil {
-			return nil, fmt.Errorf("%w: shard %q: %w", driver.ErrInvalidOption, name, err)
+			return nil, fmt.Errorf("%w: entry %d: %w", driver.ErrInvalidOption, i+1, err)
 		}
 		shards = append(shards, sc)
 	}
-	if err := validateConfigs(shards); err != nil {
+	if err := checkLayout(shards, true); err != nil {
 		return nil, err
 	}
 	return shards, nil
@@ -111,28 +118,26 @@ func parseShardURL(name, rawURL string) (Config, error) {
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return Config{}, fmt.Errorf("URL %q: %w", redact(rawURL), unwrapURLError(err))
+		return Config{}, errors.New("the URL does not parse (special characters in a password must be percent-encoded)")
 	}
-	shown := u.Redacted()
 	if u.Fragment != "" || strings.Contains(rawURL, "#") {
-		return Config{}, fmt.Errorf("URL %q: unexpected fragment (a '#' must be written %%23)", shown)
+		return Config{}, errors.New("unexpected fragment (a '#' must be written %23)")
 	}
 	rest, replicas, err := splitReplicas(u.RawQuery)
 	if err != nil {
-		return Config{}, fmt.Errorf("URL %q: %w", shown, err)
+		return Config{}, err
 	}
 	u.RawQuery = rest
-	shown = u.Redacted()
 	primary, err := goredis.ParseURL(u.String())
 	if err != nil {
-		return Config{}, fmt.Errorf("URL %q: %w", shown, err)
+		return Config{}, goRedisProblem(err)
 	}
 	primary.ContextTimeoutEnabled = true
 	sc := Config{Name: name, Primary: primary}
 	for i, raw := range replicas {
 		opts, err := parseReplicaURL(u, raw)
 		if err != nil {
-			return Config{}, fmt.Errorf("replica %d %q: %w", i, redact(raw), err)
+			return Config{}, fmt.Errorf("replica %d: %w", i, err)
 		}
 		opts.ContextTimeoutEnabled = true
 		sc.Replicas = append(sc.Replicas, opts)
@@ -158,11 +163,11 @@ func splitReplicas(rawQuery string) (rest string, replicas []string, err error) 
 		rawKey, value, _ := strings.Cut(param, "=")
 		key, err := url.QueryUnescape(rawKey)
 		if err != nil {
-			return "", nil, fmt.Errorf("parameter %q: %w", rawKey, err)
+			return "", nil, errors.New("a query parameter has a malformed escape")
 		}
 		if key == contextTimeoutParam {
 			if v, err := url.QueryUnescape(value); err != nil || v != "true" && v != "1" {
-				return "", nil, fmt.Errorf("%s=%q: a sharded backend always enables it; leave it out or write true", contextTimeoutParam, value)
+				return "", nil, fmt.Errorf("%s: the groups always enable it; leave it out or write true", contextTimeoutParam)
 			}
 			continue
 		}
@@ -185,7 +190,7 @@ func splitReplicas(rawQuery string) (rest string, replicas []string, err error) 
 	}
 	rest = strings.Join(kept, "&")
 	if _, err := url.ParseQuery(rest); err != nil {
-		return "", nil, fmt.Errorf("query: %w", err)
+		return "", nil, errors.New("the query does not parse (a ';' or a malformed escape)")
 	}
 	return rest, replicas, nil
 }
@@ -196,10 +201,10 @@ func splitReplicas(rawQuery string) (rest string, replicas []string, err error) 
 func parseReplicaURL(primary *url.URL, raw string) (*goredis.Options, error) {
 	r, err := url.Parse(raw)
 	if err != nil {
-		return nil, unwrapURLError(err)
+		return nil, errors.New("the URL does not parse (special characters in a password must be percent-encoded)")
 	}
 	if !sameSchemeKind(primary.Scheme, r.Scheme) {
-		return nil, fmt.Errorf("scheme %q does not fit the primary's %q", r.Scheme, primary.Scheme)
+		return nil, errors.New("its scheme does not fit the primary's (redis or rediss beside redis or rediss, unix beside unix)")
 	}
 	if r.RawQuery != "" || r.ForceQuery {
 		return nil, errors.New("a replica URL has no query: put options on the shard URL, they apply to every server of the shard")
@@ -214,19 +219,42 @@ func parseReplicaURL(primary *url.URL, raw string) (*goredis.Options, error) {
 	}
 	if r.Scheme == "unix" {
 		if r.Host != "" {
-			return nil, fmt.Errorf("unix URL with a host %q: write unix:///path/to/socket", r.Host)
+			return nil, errors.New("a unix URL has no host: write unix:///path/to/socket")
 		}
 		built.Path, built.RawPath = r.Path, r.RawPath
 	} else {
 		if r.Path != "" && r.Path != "/" {
-			return nil, fmt.Errorf("a replica URL has no path (%q): the database is the primary's", r.Path)
+			return nil, errors.New("a replica URL has no path: the database is the primary's")
 		}
 		if r.Host == "" {
 			return nil, errors.New("no host")
 		}
 		built.Host = r.Host
 	}
-	return goredis.ParseURL(built.String())
+	opts, err := goredis.ParseURL(built.String())
+	if err != nil {
+		return nil, goRedisProblem(err)
+	}
+	return opts, nil
+}
+
+// goRedisProblem says what go-redis's ParseURL rejected without its
+// message, which quotes the offending part of the URL.
+func goRedisProblem(err error) error {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "scheme"):
+		return errors.New("unsupported URL scheme (want redis, rediss or unix)")
+	case strings.Contains(msg, "database"), strings.Contains(msg, "URL path"):
+		return errors.New("invalid database number in the URL path")
+	case strings.Contains(msg, "unix socket"):
+		return errors.New("empty unix socket path")
+	case strings.Contains(msg, "unexpected option"):
+		return errors.New("unknown query parameter (go-redis options such as dial_timeout, max_retries, db)")
+	case strings.Contains(msg, "number"), strings.Contains(msg, "duration"), strings.Contains(msg, "boolean"):
+		return errors.New("a query parameter has a value go-redis cannot read")
+	}
+	return errors.New("go-redis rejects the URL (scheme, host, port, database or a parameter)")
 }
 
 func sameSchemeKind(a, b string) bool {
@@ -234,69 +262,61 @@ func sameSchemeKind(a, b string) bool {
 	return tcp(a) && tcp(b) || a == "unix" && b == "unix"
 }
 
-// unwrapURLError drops the *url.Error wrapper, whose message repeats the
-// whole URL, password included.
-func unwrapURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
+// checkLayout checks a layout for what New and Parse both refuse: no
+// groups, bad or duplicate names, nil options, and addresses used twice.
+// For a layout read from a string (fromString), groups are named by their
+// position and addresses are not shown, since either could hold a piece
+// of a password the string was split inside; a layout built in code is
+// described by its names and addresses, which hold no password.
+func checkLayout(groups []Config, fromString bool) error {
+	if len(groups) == 0 {
+		return fmt.Errorf("%w: no groups", driver.ErrInvalidOption)
 	}
-	return err
-}
-
-// redact masks the password of a URL, or, when s does not parse as one,
-// everything between "://" and the last '@', so that no error message
-// shows a secret.
-func redact(s string) string {
-	if u, err := url.Parse(s); err == nil {
-		return u.Redacted()
-	}
-	scheme, rest, ok := strings.Cut(s, "://")
-	if !ok {
-		if at := strings.LastIndex(s, "@"); at >= 0 {
-			return "xxxxx" + s[at:]
+	label := func(i int) string {
+		if fromString {
+			return fmt.Sprintf("entry %d", i+1)
 		}
-		return s
+		return fmt.Sprintf("group %q", groups[i].Name)
 	}
-	if at := strings.LastIndex(rest, "@"); at >= 0 {
-		return scheme + "://xxxxx" + rest[at:]
+	shown := func(addr string) string {
+		if fromString {
+			return "an address"
+		}
+		return "address " + addr
 	}
-	return s
-}
-
-// validateConfigs checks a layout for what New and Parse both
-// refuse: no shards, bad or duplicate names, nil options, and addresses
-// used twice.
-func validateConfigs(shards []Config) error {
-	if len(shards) == 0 {
-		return fmt.Errorf("%w: no shards", driver.ErrInvalidOption)
-	}
-	names := make(map[string]bool, len(shards))
-	owner := make(map[string]string) // address -> "shard %q primary" / "replica"
-	for i, s := range shards {
-		if err := shardedbackend.CheckName(s.Name); err != nil {
-			return fmt.Errorf("%w: shard %d: %w", driver.ErrInvalidOption, i, err)
+	names := make(map[string]int, len(groups))
+	owner := make(map[string]string) // address -> "entry 2 primary"
+	for i, g := range groups {
+		if err := shardedbackend.CheckName(g.Name); err != nil {
+			if fromString {
+				return fmt.Errorf("%w: %s: the group name must be 1 to %d ASCII letters, digits, '.', '_' or '-'",
+					driver.ErrInvalidOption, label(i), shardedbackend.MaxNameLen)
+			}
+			return fmt.Errorf("%w: group %d: %w", driver.ErrInvalidOption, i, err)
 		}
-		if names[s.Name] {
-			return fmt.Errorf("%w: duplicate shard name %q", driver.ErrInvalidOption, s.Name)
+		if prev, dup := names[g.Name]; dup {
+			if !fromString {
+				return fmt.Errorf("%w: duplicate group name %q", driver.ErrInvalidOption, g.Name)
+			}
+			return fmt.Errorf("%w: %s has the name of %s", driver.ErrInvalidOption, label(i), label(prev))
 		}
-		names[s.Name] = true
-		if s.Primary == nil {
-			return fmt.Errorf("%w: shard %q: nil primary options", driver.ErrInvalidOption, s.Name)
+		names[g.Name] = i
+		if g.Primary == nil {
+			return fmt.Errorf("%w: %s: nil primary options", driver.ErrInvalidOption, label(i))
 		}
-		primaryAddr := address(s.Primary)
-		if err := claim(owner, primaryAddr, s.Name, "primary"); err != nil {
+		primaryAddr := address(g.Primary)
+		if err := claim(owner, primaryAddr, label(i)+" primary", shown(primaryAddr)); err != nil {
 			return err
 		}
-		for j, r := range s.Replicas {
+		for j, r := range g.Replicas {
 			if r == nil {
-				return fmt.Errorf("%w: shard %q: nil options for replica %d", driver.ErrInvalidOption, s.Name, j)
+				return fmt.Errorf("%w: %s: nil options for replica %d", driver.ErrInvalidOption, label(i), j)
 			}
 			addr := address(r)
 			if addr == primaryAddr {
-				return fmt.Errorf("%w: shard %q: replica %d has the primary's address %s", driver.ErrInvalidOption, s.Name, j, addr)
+				return fmt.Errorf("%w: %s: replica %d has the primary's address", driver.ErrInvalidOption, label(i), j)
 			}
-			if err := claim(owner, addr, s.Name, fmt.Sprintf("replica %d", j)); err != nil {
+			if err := claim(owner, addr, fmt.Sprintf("%s replica %d", label(i), j), shown(addr)); err != nil {
 				return err
 			}
 		}
@@ -304,11 +324,10 @@ func validateConfigs(shards []Config) error {
 	return nil
 }
 
-// claim records that role of shard uses addr, or reports who already does.
-func claim(owner map[string]string, addr, shard, role string) error {
-	who := fmt.Sprintf("shard %q %s", shard, role)
+// claim records that who uses addr, or reports who already does.
+func claim(owner map[string]string, addr, who, shown string) error {
 	if prev, taken := owner[addr]; taken {
-		return fmt.Errorf("%w: address %s is used twice: by %s and by %s", driver.ErrInvalidOption, addr, prev, who)
+		return fmt.Errorf("%w: %s is used twice: by %s and by %s", driver.ErrInvalidOption, shown, prev, who)
 	}
 	owner[addr] = who
 	return nil

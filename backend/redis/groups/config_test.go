@@ -1,10 +1,12 @@
 package redisgroups
 
 import (
-	"github.com/throttlekit/throttlekit/throttler/driver"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/throttlekit/throttlekit/throttler/driver"
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -103,58 +105,58 @@ func TestParseConfigEscapes(t *testing.T) {
 }
 
 // TestParseConfigErrors lists every malformed or ambiguous configuration:
-// each error matches driver.ErrInvalidOption and names the offending part, and none
-// shows a password.
+// each error matches driver.ErrInvalidOption and names the offending entry
+// by position and the problem, and none quotes the configuration.
 func TestParseConfigErrors(t *testing.T) {
 	for _, c := range []struct {
 		name, config string
 		want         []string
 	}{
-		{"empty", "", []string{"no shards"}},
-		{"blank", "  ", []string{"no shards"}},
+		{"empty", "", []string{"no groups"}},
+		{"blank", "  ", []string{"no groups"}},
 		{"stray comma", "a=redis://h1,", []string{"entry 2 is empty"}},
 		{"leading comma", ",a=redis://h1", []string{"entry 1 is empty"}},
-		{"missing =", "a=redis://h1,redis://h2", []string{"entry 2", "missing '='", `"redis://h2"`}},
-		{"missing = hides password", "redis://:hunter2@h2", []string{"entry 1", "missing '='", "xxxxx@h2"}},
-		{"empty name", "=redis://h1", []string{"entry 1", "empty shard name"}},
-		{"bad name", "a b=redis://h1", []string{"entry 1", `"a b"`}},
-		{"name with slash", "a/b=redis://h1", []string{`"a/b"`, `'/'`}},
-		{"long name", strings.Repeat("x", 65) + "=redis://h1", []string{"longer than 64"}},
-		{"duplicate name", "a=redis://h1,b=redis://h2,a=redis://h3", []string{`duplicate shard name "a"`}},
-		{"empty URL", "a=", []string{`shard "a"`, "empty URL"}},
-		{"no scheme", "a=10.0.0.1:6379", []string{`shard "a"`, "10.0.0.1:6379"}},
-		{"bad scheme", "a=http://h1:6379", []string{`shard "a"`, "invalid URL scheme: http"}},
-		{"bad port", "b=redis://h1:notaport", []string{`shard "b"`, "notaport"}},
-		{"bad database", "b=redis://h1/x", []string{`shard "b"`, "invalid database number"}},
-		{"unknown parameter", "a=redis://h1?replica=redis://h2&bogus=1", []string{`shard "a"`, "unexpected option: bogus"}},
-		{"misspelt replica", "a=redis://h1?replicas=redis://h2", []string{`shard "a"`, "unexpected option: replicas"}},
-		{"bad option value", "a=redis://h1?dial_timeout=soon", []string{`shard "a"`, "dial_timeout"}},
-		{"semicolon", "a=redis://h1?dial_timeout=1s;read_timeout=1s", []string{`shard "a"`, "semicolon"}},
-		{"fragment", "a=redis://h1#x", []string{`shard "a"`, "fragment"}},
-		{"context timeout off", "a=redis://h1?context_timeout_enabled=false", []string{`shard "a"`, "context_timeout_enabled", "always enables it"}},
-		{"context timeout 0", "a=redis://h1?context_timeout_enabled=0", []string{`shard "a"`, "context_timeout_enabled"}},
-		{"context timeout empty", "a=redis://h1?context_timeout_enabled=", []string{`shard "a"`, "context_timeout_enabled"}},
-		{"context timeout yes", "a=redis://h1?context_timeout_enabled=yes", []string{`shard "a"`, "context_timeout_enabled"}},
-		{"empty replica", "a=redis://h1?replica=", []string{`shard "a"`, "empty replica URL"}},
-		{"replica without scheme", "a=redis://h1?replica=h2:6379", []string{`shard "a"`, "replica 0", `"h2:6379"`}},
-		{"replica with options", "a=redis://h1?replica=redis://h2?db=2", []string{`shard "a"`, "replica 0", "no query"}},
-		{"replica with a database", "a=redis://h1/1?replica=redis://h2/2", []string{`shard "a"`, "replica 0", "no path"}},
-		{"replica of another kind", "a=redis://h1?replica=unix:///tmp/r.sock", []string{`shard "a"`, "replica 0", `scheme "unix"`}},
-		{"replica without host", "a=redis://h1?replica=redis://", []string{`shard "a"`, "replica 0", "no host"}},
-		{"second replica bad", "a=redis://h1?replica=redis://h2&replica=redis://h3:x", []string{`shard "a"`, "replica 1"}},
-		{"replica is its primary", "a=redis://10.0.0.1:6379?replica=redis://10.0.0.1", []string{`shard "a"`, "replica 0 has the primary's address tcp://10.0.0.1:6379"}},
-		{"replica is its primary, case", "a=redis://Cache-A:6379?replica=redis://cache-a", []string{`shard "a"`, "primary's address tcp://cache-a:6379"}},
-		{"replica twice", "a=redis://h1?replica=redis://h2&replica=redis://h2:6379", []string{"tcp://h2:6379 is used twice", `shard "a" replica 0`, `shard "a" replica 1`}},
-		{"two shards, one primary", "a=redis://h1,b=redis://h1:6379", []string{"tcp://h1:6379 is used twice", `shard "a" primary`, `shard "b" primary`}},
-		{"replica of another shard", "a=redis://h1?replica=redis://h2,b=redis://h3?replica=redis://h2", []string{"tcp://h2:6379 is used twice", `shard "a" replica 0`, `shard "b" replica 0`}},
-		{"primary is another's replica", "a=redis://h1?replica=redis://h2,b=redis://h2", []string{"used twice", `shard "b" primary`}},
-		{"password masked", "a=redis://:hunter2@h1?bogus=1", []string{"xxxxx", "bogus"}},
-		{"replica password masked", "a=redis://h1?replica=redis://:hunter2@h2?x=1", []string{"xxxxx", "no query"}},
+		{"missing =", "a=redis://h1,redis://h2", []string{"entry 2", "missing '='"}},
+		{"missing = hides password", "redis://:hunter2@h2", []string{"entry 1", "missing '='"}},
+		{"empty name", "=redis://h1", []string{"entry 1", "group name"}},
+		{"bad name", "a b=redis://h1", []string{"entry 1", "group name"}},
+		{"name with slash", "a/b=redis://h1", []string{"entry 1", "group name"}},
+		{"long name", strings.Repeat("x", 65) + "=redis://h1", []string{"entry 1", "1 to 64"}},
+		{"duplicate name", "a=redis://h1,b=redis://h2,a=redis://h3", []string{"entry 3 has the name of entry 1"}},
+		{"empty URL", "a=", []string{"entry 1", "empty URL"}},
+		{"no scheme", "a=10.0.0.1:6379", []string{"entry 1"}},
+		{"bad scheme", "a=http://h1:6379", []string{"entry 1", "unsupported URL scheme"}},
+		{"bad port", "b=redis://h1:notaport", []string{"entry 1", "does not parse"}},
+		{"bad database", "b=redis://h1/x", []string{"entry 1", "invalid database number"}},
+		{"unknown parameter", "a=redis://h1?replica=redis://h2&bogus=1", []string{"entry 1", "unknown query parameter"}},
+		{"misspelt replica", "a=redis://h1?replicas=redis://h2", []string{"entry 1", "unknown query parameter"}},
+		{"bad option value", "a=redis://h1?dial_timeout=soon", []string{"entry 1", "value go-redis cannot read"}},
+		{"semicolon", "a=redis://h1?dial_timeout=1s;read_timeout=1s", []string{"entry 1", "';'"}},
+		{"fragment", "a=redis://h1#x", []string{"entry 1", "fragment"}},
+		{"context timeout off", "a=redis://h1?context_timeout_enabled=false", []string{"entry 1", "context_timeout_enabled", "always enable it"}},
+		{"context timeout 0", "a=redis://h1?context_timeout_enabled=0", []string{"entry 1", "context_timeout_enabled"}},
+		{"context timeout empty", "a=redis://h1?context_timeout_enabled=", []string{"entry 1", "context_timeout_enabled"}},
+		{"context timeout yes", "a=redis://h1?context_timeout_enabled=yes", []string{"entry 1", "context_timeout_enabled"}},
+		{"empty replica", "a=redis://h1?replica=", []string{"entry 1", "empty replica URL"}},
+		{"replica without scheme", "a=redis://h1?replica=h2:6379", []string{"entry 1", "replica 0"}},
+		{"replica with options", "a=redis://h1?replica=redis://h2?db=2", []string{"entry 1", "replica 0", "no query"}},
+		{"replica with a database", "a=redis://h1/1?replica=redis://h2/2", []string{"entry 1", "replica 0", "no path"}},
+		{"replica of another kind", "a=redis://h1?replica=unix:///tmp/r.sock", []string{"entry 1", "replica 0", "scheme does not fit"}},
+		{"replica without host", "a=redis://h1?replica=redis://", []string{"entry 1", "replica 0", "no host"}},
+		{"second replica bad", "a=redis://h1?replica=redis://h2&replica=redis://h3:x", []string{"entry 1", "replica 1"}},
+		{"replica is its primary", "a=redis://10.0.0.1:6379?replica=redis://10.0.0.1", []string{"entry 1", "replica 0 has the primary's address"}},
+		{"replica is its primary, case", "a=redis://Cache-A:6379?replica=redis://cache-a", []string{"entry 1", "primary's address"}},
+		{"replica twice", "a=redis://h1?replica=redis://h2&replica=redis://h2:6379", []string{"used twice", "entry 1 replica 0", "entry 1 replica 1"}},
+		{"two groups, one primary", "a=redis://h1,b=redis://h1:6379", []string{"used twice", "entry 1 primary", "entry 2 primary"}},
+		{"replica of another group", "a=redis://h1?replica=redis://h2,b=redis://h3?replica=redis://h2", []string{"used twice", "entry 1 replica 0", "entry 2 replica 0"}},
+		{"primary is another's replica", "a=redis://h1?replica=redis://h2,b=redis://h2", []string{"used twice", "entry 2 primary"}},
+		{"password hidden", "a=redis://:hunter2@h1?bogus=1", []string{"entry 1", "unknown query parameter"}},
+		{"replica password hidden", "a=redis://h1?replica=redis://:hunter2@h2?x=1", []string{"entry 1", "no query"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			shards, err := Parse(c.config)
+			groups, err := Parse(c.config)
 			require.ErrorIs(t, err, driver.ErrInvalidOption)
-			assert.Nil(t, shards)
+			assert.Nil(t, groups)
 			for _, part := range c.want {
 				assert.Contains(t, err.Error(), part)
 			}
@@ -167,6 +169,99 @@ func TestParseConfigErrors(t *testing.T) {
 	}
 }
 
+// awkwardPasswords hold every character that splits or ends a part of the
+// configuration string when written unescaped.
+var awkwardPasswords = []string{
+	"hunter2,b=redis", "pa,ss", "s3cr#et", "with/slash", "what?ever", "at@sign", "p@ss,w#rd/x?y",
+	"x,y=redis://evilhost:1", "colon:pass", "sp ace", "per%cent", "amp&ersand", "eq=ual", "brace{s}",
+	"rep=lica&replica=redis://q", "%2Cencoded", "ünïcode,ß", "tail@", "@head", ",lead", "trail,",
+}
+
+// TestNoPasswordInAnyError writes each awkward password into every place a
+// configuration string can hold one, escaped and unescaped, and checks
+// that no error shows any piece of it.
+func TestNoPasswordInAnyError(t *testing.T) {
+	for _, pw := range awkwardPasswords {
+		for _, config := range passwordConfigs(pw) {
+			checkNoPassword(t, pw, config)
+		}
+	}
+	// A missing group name: the old parser quoted the whole entry.
+	checkNoPassword(t, "hunter2", "redis://:hunter2@h1")
+}
+
+// FuzzNoPasswordInAnyError does the same with passwords the fuzzer makes.
+func FuzzNoPasswordInAnyError(f *testing.F) {
+	for _, pw := range awkwardPasswords {
+		f.Add(pw)
+	}
+	f.Fuzz(func(t *testing.T, pw string) {
+		if len(pw) < 4 {
+			return // too short to tell a piece of it from the rest of a message
+		}
+		for _, config := range passwordConfigs(pw) {
+			checkNoPassword(t, pw, config)
+		}
+	})
+}
+
+// passwordConfigs places pw in the primary's and a replica's user info,
+// unescaped and escaped, beside bad and good parts.
+func passwordConfigs(pw string) []string {
+	esc := url.QueryEscape(pw)
+	var out []string
+	for _, p := range []string{pw, esc} {
+		out = append(out,
+			"a=redis://:"+p+"@h1:6379",
+			"a=redis://user:"+p+"@h1:6379?bogus=1",
+			"a=redis://:"+p+"@h1:6379,b=redis://:"+p+"@h1:6379",
+			"a=redis://h1?replica=redis://:"+p+"@h2",
+			"a=redis://h1?replica=redis://:"+p+"@h2?x=1",
+			"a=redis://:"+p+"@h1:notaport",
+			"redis://:"+p+"@h1",
+			"a=http://:"+p+"@h1",
+			"a=redis://:"+p+"@h1/x",
+			"a=redis://:"+p+"@h1?dial_timeout=soon",
+			":"+p+"@h1=redis://h1",
+		)
+	}
+	return out
+}
+
+// checkNoPassword parses config and fails if an error shows any piece of
+// pw of four bytes or more (shorter pieces occur in any message).
+func checkNoPassword(t *testing.T, pw, config string) {
+	t.Helper()
+	_, err := Parse(config)
+	if err == nil {
+		return
+	}
+	msg := err.Error()
+	for _, secret := range []string{pw, url.QueryEscape(pw), url.PathEscape(pw)} {
+		for i := 0; i+4 <= len(secret); i++ {
+			piece := secret[i : i+4]
+			if strings.Contains(msg, piece) && !strings.Contains(safeWords, piece) {
+				t.Fatalf("config %q: error %q shows %q, a piece of the password %q", config, msg, piece, pw)
+			}
+		}
+	}
+}
+
+// safeWords is every fixed word the parser's messages use; a password piece
+// that is also one of them (say "redis" in "hunter2,b=redis") says nothing.
+const safeWords = "throttlekit: invalid option: entry group name must be ASCII letters, digits, '.', '_' or '-' " +
+	"missing '=' between group name and URL (a ',' in a password must be written %2C) is empty (a stray ',') " +
+	"the URL does not parse (special characters in a password must be percent-encoded) unexpected fragment " +
+	"(a '#' must be written %23) unsupported URL scheme (want redis, rediss or unix) invalid database number " +
+	"in the URL path unknown query parameter (go-redis options such as dial_timeout, max_retries, db) " +
+	"a query parameter has a value go-redis cannot read go-redis rejects the URL (scheme, host, port, database " +
+	"or a parameter) replica a replica URL has no query: put options on the shard URL, they apply to every " +
+	"server of the shard no path: the database is the primary's has the primary's address is used twice: by " +
+	"and by primary an address empty URL no groups (empty configuration) has the name of its scheme does not " +
+	"fit the primary's (redis or rediss beside redis or rediss, unix beside unix) no host context_timeout_enabled" +
+	": the groups always enable it; leave it out or write true the query does not parse (a ';' or a malformed " +
+	"escape) a query parameter has a malformed escape empty replica URL 1 to 64"
+
 func TestNewRedisChecksLayoutsFromCode(t *testing.T) {
 	opt := func(addr string) *goredis.Options { return &goredis.Options{Addr: addr} }
 	for _, c := range []struct {
@@ -174,11 +269,11 @@ func TestNewRedisChecksLayoutsFromCode(t *testing.T) {
 		shards []Config
 		want   string
 	}{
-		{"no shards", nil, "no shards"},
+		{"no groups", nil, "no groups"},
 		{"empty name", []Config{{Primary: opt("h1:6379")}}, "empty shard name"},
-		{"duplicate name", []Config{{Name: "a", Primary: opt("h1:1")}, {Name: "a", Primary: opt("h2:1")}}, `duplicate shard name "a"`},
-		{"nil primary", []Config{{Name: "a"}}, `shard "a": nil primary options`},
-		{"nil replica", []Config{{Name: "a", Primary: opt("h1:1"), Replicas: []*goredis.Options{nil}}}, `shard "a": nil options for replica 0`},
+		{"duplicate name", []Config{{Name: "a", Primary: opt("h1:1")}, {Name: "a", Primary: opt("h2:1")}}, `duplicate group name "a"`},
+		{"nil primary", []Config{{Name: "a"}}, `group "a": nil primary options`},
+		{"nil replica", []Config{{Name: "a", Primary: opt("h1:1"), Replicas: []*goredis.Options{nil}}}, `group "a": nil options for replica 0`},
 		{"replica is primary", []Config{{Name: "a", Primary: opt("h1:1"), Replicas: []*goredis.Options{opt("H1:1")}}}, "replica 0 has the primary's address"},
 		{"default address twice", []Config{{Name: "a", Primary: &goredis.Options{}}, {Name: "b", Primary: opt("localhost:6379")}}, "tcp://localhost:6379 is used twice"},
 		{"shared address", []Config{{Name: "a", Primary: opt("h1:1")}, {Name: "b", Primary: opt("h2:1"), Replicas: []*goredis.Options{opt("h1:1")}}}, "tcp://h1:1 is used twice"},

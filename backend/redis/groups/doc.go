@@ -39,7 +39,9 @@
 // inside a URL is written %2C.
 //
 // Every malformed or ambiguous configuration is an error wrapping
-// driver.ErrInvalidOption that names the offending part, with passwords masked: no
+// driver.ErrInvalidOption that names the offending entry by its position and
+// says what is wrong, quoting no part of the string (a password with an
+// unescaped ',', '#', '/', '?' or '@' would split it anywhere): no
 // groups, an empty entry, a missing '=', an empty, invalid or duplicate
 // name, a URL go-redis rejects (scheme, port, database, unknown
 // parameter), a context_timeout_enabled other than true or 1, a replica URL

@@ -46,7 +46,13 @@ func WithShardedOptions(opts ...shardedbackend.Option) Option {
 // the error wraps driver.ErrInvalidOption and names the offending part. The
 // backend owns the clients New made: its Close closes them.
 func New(groups []Config, opts ...Option) (*shardedbackend.Backend, error) {
-	if err := validateConfigs(groups); err != nil {
+	return newGroups(groups, false, opts)
+}
+
+// newGroups is New; fromString says the layout was read from a string, so
+// that errors name groups by position (see checkLayout).
+func newGroups(groups []Config, fromString bool, opts []Option) (*shardedbackend.Backend, error) {
+	if err := checkLayout(groups, fromString); err != nil {
 		return nil, err
 	}
 	var o options
@@ -63,6 +69,12 @@ func New(groups []Config, opts ...Option) (*shardedbackend.Backend, error) {
 		}
 		return nil, err
 	}
+	label := func(i int) string {
+		if fromString {
+			return fmt.Sprintf("entry %d", i+1)
+		}
+		return fmt.Sprintf("group %q", groups[i].Name)
+	}
 	layout := make([]shardedbackend.Shard, len(groups))
 	for i, g := range groups {
 		primary, err := open(g.Primary, o.backend)
@@ -70,7 +82,7 @@ func New(groups []Config, opts ...Option) (*shardedbackend.Backend, error) {
 			made = append(made, primary)
 		}
 		if err != nil {
-			return fail(fmt.Errorf("%w: group %q primary: %w", driver.ErrInvalidOption, g.Name, err))
+			return fail(fmt.Errorf("%w: %s primary: %w", driver.ErrInvalidOption, label(i), err))
 		}
 		layout[i] = shardedbackend.Shard{Name: g.Name, Primary: primary}
 		for j, ro := range g.Replicas {
@@ -79,7 +91,7 @@ func New(groups []Config, opts ...Option) (*shardedbackend.Backend, error) {
 				made = append(made, replica)
 			}
 			if err != nil {
-				return fail(fmt.Errorf("%w: group %q replica %d: %w", driver.ErrInvalidOption, g.Name, j, err))
+				return fail(fmt.Errorf("%w: %s replica %d: %w", driver.ErrInvalidOption, label(i), j, err))
 			}
 			layout[i].Replicas = append(layout[i].Replicas, replica)
 		}
@@ -130,5 +142,5 @@ func Open(config string, opts ...Option) (*shardedbackend.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(groups, opts...)
+	return newGroups(groups, true, opts)
 }

@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	shardedbackend "github.com/throttlekit/throttlekit/backend/sharded"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	shardedbackend "github.com/throttlekit/throttlekit/backend/sharded"
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	shardedbackend "github.com/throttlekit/throttlekit/backend/sharded"
 	"os"
 	"strconv"
 	"strings"
@@ -12,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	shardedbackend "github.com/throttlekit/throttlekit/backend/sharded"
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
