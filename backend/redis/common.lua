@@ -82,6 +82,7 @@ local function read_request()
     grace_ms = tonumber(ARGV[4]),
     limits = {},
     states = {},
+    present = {}, -- present[i]: KEYS[i] was stored
   }
   for i = 1, #KEYS do
     local a = 4 + (i - 1) * 4
@@ -92,6 +93,7 @@ local function read_request()
       Burst = tonumber(ARGV[a + 4]),
     }
     local stored = redis.call('GET', KEYS[i])
+    req.present[i] = stored ~= false
     if stored == false then
       req.states[i] = {Used = 0, End = 0}
     else
@@ -106,15 +108,31 @@ local function read_request()
   return req
 end
 
--- write_state stores limit i's state s with a TTL for garbage collection
--- only: grace_ms after the state stops mattering (a window's end, a
--- bucket's TAT), counted from now, so no two clocks need to agree.
-local function write_state(i, req, s)
-  local l = req.limits[i]
-  local ttl = s.End - req.now_ms + req.grace_ms
-  if l.Algorithm == GCRA then
-    ttl = floor_div(s.End - req.now_us + 999, 1000) + req.grace_ms
+-- policy_ttl is the TTL every key of the policy gets, for garbage
+-- collection only: grace_ms after the last of the states stops mattering
+-- (a window's end, a bucket's TAT), counted from now, so no two clocks need
+-- to agree. One TTL for all keys makes them exist and vanish together: a
+-- multi-key script never finds some keys of a policy gone and others there,
+-- which a Cluster slot in migration answers with TRYAGAIN.
+--
+-- written[i] says whether KEYS[i] will be stored after this script.
+local function policy_ttl(req, states, written)
+  local ttl = req.grace_ms
+  for i = 1, #states do
+    if written[i] then
+      local s = states[i]
+      local live = s.End - req.now_ms
+      if req.limits[i].Algorithm == GCRA then
+        live = floor_div(s.End - req.now_us + 999, 1000)
+      end
+      ttl = math.max(ttl, live + req.grace_ms)
+    end
   end
+  return ttl
+end
+
+-- write_state stores limit i's state s with the policy's TTL.
+local function write_state(i, s, ttl)
   redis.call('SET', KEYS[i], string.format('%d:%d', s.Used, s.End), 'PX', string.format('%d', ttl))
 end
 

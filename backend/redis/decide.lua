@@ -52,8 +52,13 @@ if req == nil then
 end
 local allowed, next = decide(req.limits, req.now_ms, req.now_us, req.cost, req.states)
 if allowed and req.cost > 0 then
+  local all = {}
   for i = 1, #next do
-    write_state(i, req, next[i])
+    all[i] = true
+  end
+  local ttl = policy_ttl(req, next, all)
+  for i = 1, #next do
+    write_state(i, next[i], ttl)
   end
 end
 return reply(allowed, next)

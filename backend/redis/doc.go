@@ -145,9 +145,13 @@
 // never read the server's clock. The stored window end is what every result
 // reports as ResetAt, identical for every decision of a window from every
 // host (GitHub's fix for a wobbling reset time). Expiry is garbage
-// collection only: each write sets a TTL of (end - now) plus the expiry
-// grace (DefaultExpiryGrace, one second, unless WithExpiryGrace says
-// otherwise), relative, so that it needs no agreement between clocks.
+// collection only: each write sets one TTL on every key of the policy, the
+// latest (end - now) among its limits plus the expiry grace
+// (DefaultExpiryGrace, 30 s, unless WithExpiryGrace says otherwise),
+// relative, so that it needs no agreement between clocks beyond the grace.
+// One TTL makes a policy's keys exist and vanish together: a script never
+// finds some of them gone and the others there, which a Cluster slot in
+// migration would answer with TRYAGAIN.
 //
 // Scripts are run with EVALSHA, falling back to EVAL in the same call when
 // the server answers NOSCRIPT, so a decision survives SCRIPT FLUSH, a

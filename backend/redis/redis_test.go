@@ -445,8 +445,11 @@ func TestResetDeletesEveryKey(t *testing.T) {
 	assert.Zero(t, n)
 }
 
-// Stored expiry is garbage collection: at least a second after the state
-// stops mattering, measured from the request's now, whatever the clock.
+// Stored expiry is garbage collection: the grace after the last state of
+// the policy stops mattering, measured from the request's now, whatever
+// the clock, and one expiry for every key of the policy, so that its keys
+// exist and vanish together (a slot in migration answers a script that
+// finds some keys of a policy gone and others there with TRYAGAIN).
 func TestExpiryFollowsTheStateEnd(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, standalone(t).primary.Addr())
@@ -458,16 +461,31 @@ func TestExpiryFollowsTheStateEnd(t *testing.T) {
 	_, err := th.AllowN(ctx, p, "user", 4)
 	require.NoError(t, err)
 	keys := b.Keys(testkit.Compile(t, p), "user")
-	for i, want := range []time.Duration{
-		time.Minute + 5*time.Second,    // anchored: the window's end
-		30*time.Minute + 5*time.Second, // aligned: the hour's end
-		4*time.Second + 5*time.Second,  // GCRA: 4 units of one second each
-	} {
-		ttl, err := c.PTTL(ctx, keys[i]).Result()
-		require.NoError(t, err)
-		assert.LessOrEqual(t, ttl, want, keys[i])
-		assert.Greater(t, ttl, want-2*time.Second, keys[i])
+	// The aligned hour ends last: 30 minutes from now, plus the grace.
+	want := 30*time.Minute + 5*time.Second
+	checkExpiry := func(label string) {
+		t.Helper()
+		var first time.Time
+		for i, key := range keys {
+			ttl, err := c.PTTL(ctx, key).Result()
+			require.NoError(t, err)
+			assert.LessOrEqual(t, ttl, want, "%s: %s", label, key)
+			assert.Greater(t, ttl, want-2*time.Second, "%s: %s", label, key)
+			// PEXPIRETIME is absolute, so keys read one after another
+			// compare exactly.
+			at, err := c.PExpireTime(ctx, key).Result()
+			require.NoError(t, err)
+			if i == 0 {
+				first = time.UnixMilli(at.Milliseconds())
+			} else {
+				assert.Equal(t, first, time.UnixMilli(at.Milliseconds()), "%s: every key of the policy expires at one moment", label)
+			}
+		}
 	}
+	checkExpiry("after a decision")
+	_, err = th.Refund(ctx, p, "user", 1)
+	require.NoError(t, err)
+	checkExpiry("after a refund")
 }
 
 func TestPing(t *testing.T) {

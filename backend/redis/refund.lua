@@ -42,9 +42,21 @@ if req == nil then
   return redis.error_reply(err)
 end
 local next = refund(req.limits, req.now_ms, req.now_us, req.cost, req.states)
+-- A changed state is written, and so is every other stored key of the
+-- policy, all with the policy's one TTL, so that they still expire
+-- together.
+local changed, written = false, {}
 for i = 1, #next do
-  if next[i].Used ~= req.states[i].Used or next[i].End ~= req.states[i].End then
-    write_state(i, req, next[i])
+  local c = next[i].Used ~= req.states[i].Used or next[i].End ~= req.states[i].End
+  changed = changed or c
+  written[i] = c or req.present[i]
+end
+if changed then
+  local ttl = policy_ttl(req, next, written)
+  for i = 1, #next do
+    if written[i] then
+      write_state(i, next[i], ttl)
+    end
   end
 end
 return reply(true, next)
