@@ -373,3 +373,69 @@ func TestClusterFailoverKeepsCounts(t *testing.T) {
 		require.EqualValues(t, 6-i, r.Remaining, "decision %d after the failover", i)
 	}
 }
+
+// TestClusterPrimaryKillRecoversAfterPromotion kills a Cluster primary with
+// SIGKILL and measures how long its identifiers stay degraded after its
+// replica is promoted, with the client built as the package documentation
+// shows. A dead node sends no MOVED; without the backend's reload on
+// connection failures, go-redis kept routing to it until its own periodic
+// reload, about a minute later. The goal is within a second of the
+// promotion; the test fails only past a bound far below that minute, since
+// timings on a shared machine vary, and logs the figure.
+func TestClusterPrimaryKillRecoversAfterPromotion(t *testing.T) {
+	ctx := context.Background()
+	c := localserver.RedisClusterT(t, 3, 1) // a cluster of its own: this test breaks it
+	require.NoError(t, c.WaitReplicasSynced(10*time.Second))
+	require.NoError(t, listReplicas(c))
+	cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: c.Addrs(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = cc.Close() })
+	b := mustBackend(t, cc, redisbackend.WithPrefix(newPrefix()))
+	th := testkit.Throttler(t, b, throttler.WithLogger(nil), throttler.WithCallTimeout(200*time.Millisecond))
+	p := mustPolicy(t, "kill", "1000000/h")
+	const id = "user:42"
+	r, err := th.Allow(ctx, p, id)
+	require.NoError(t, err)
+	require.False(t, r.Degraded, "%v", r.Err)
+
+	key := b.Keys(testkit.Compile(t, p), id)[0]
+	primaryClient, err := cc.MasterForKey(ctx, key)
+	require.NoError(t, err)
+	replicaClient, err := cc.SlaveForKey(ctx, key)
+	require.NoError(t, err)
+	primaryAddr, replicaAddr := primaryClient.Options().Addr, replicaClient.Options().Addr
+	require.NotEqual(t, primaryAddr, replicaAddr)
+	var primary *localserver.Redis
+	for _, n := range c.Nodes() {
+		if n.Addr() == primaryAddr {
+			primary = n
+		}
+	}
+	require.NotNil(t, primary)
+	watch := goredis.NewClient(&goredis.Options{Addr: replicaAddr})
+	t.Cleanup(func() { _ = watch.Close() })
+
+	killed := time.Now()
+	primary.Kill()
+	var promoted, recovered time.Time
+	degraded := 0
+	for deadline := killed.Add(40 * time.Second); time.Now().Before(deadline) && recovered.IsZero(); time.Sleep(20 * time.Millisecond) {
+		if promoted.IsZero() {
+			if role, err := watch.Do(ctx, "ROLE").Slice(); err == nil && len(role) > 0 && role[0] == "master" {
+				promoted = time.Now()
+			}
+		}
+		r, err := th.Allow(ctx, p, id)
+		require.NoError(t, err)
+		if r.Degraded {
+			degraded++
+		} else if !promoted.IsZero() {
+			recovered = time.Now()
+		}
+	}
+	require.False(t, promoted.IsZero(), "the replica was not promoted within 40 s of the kill")
+	require.False(t, recovered.IsZero(), "decisions were still degraded 40 s after the kill")
+	after := max(recovered.Sub(promoted), 0)
+	t.Logf("promotion %v after the kill; decided normally %v after the promotion (goal <= 1s); %d degraded decisions",
+		promoted.Sub(killed).Round(time.Millisecond), after.Round(time.Millisecond), degraded)
+	assert.Less(t, after, 10*time.Second, "recovery must not wait for go-redis's periodic reload")
+}

@@ -5,8 +5,12 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"reflect"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -114,6 +118,42 @@ type Backend struct {
 	prefix    string
 	// graceMs is the expiry grace in milliseconds, boxed once for ARGV.
 	graceMs any
+	// reloaded is when a failure last asked a Cluster client to reload its
+	// slot map (Unix nanoseconds).
+	reloaded atomic.Int64
+}
+
+// clusterReloadInterval is the least time between two slot-map reloads that
+// connection failures ask a Cluster client for.
+const clusterReloadInterval = 100 * time.Millisecond
+
+// noticeFailure asks a Cluster client to reload its slot map when a call
+// failed to reach a node, at most once per clusterReloadInterval. A primary
+// that died sends no MOVED, so without this go-redis keeps sending its
+// slots to the dead address until its own periodic reload, about a minute
+// later; with it, the promoted replica serves within a reload of the
+// promotion.
+func (b *Backend) noticeFailure(c conn, err error) {
+	cc, ok := c.Client.(*goredis.ClusterClient)
+	if !ok || !unreachable(err) {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := b.reloaded.Load()
+	if now-last < int64(clusterReloadInterval) || !b.reloaded.CompareAndSwap(last, now) {
+		return
+	}
+	cc.ReloadState(context.Background()) // asynchronous; go-redis coalesces reloads
+}
+
+// unreachable reports an error of a node that could not be reached or did
+// not answer, as opposed to an answer the node gave.
+func unreachable(err error) bool {
+	var netErr net.Error
+	return errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		goredis.HasErrorPrefix(err, "CLUSTERDOWN")
 }
 
 // conn is a client and whether the backend must enforce the caller's context
@@ -337,6 +377,7 @@ func (b *Backend) runScript(ctx context.Context, c conn, script *goredis.Script,
 		return script.Run(ctx, c, keys, args...).Result()
 	})
 	if err != nil {
+		b.noticeFailure(c, err)
 		return driver.Outcome{}, classify(err)
 	}
 	return parseReply(reply, len(keys))

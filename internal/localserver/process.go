@@ -222,6 +222,19 @@ func (p *process) stopLocked() error {
 	}
 }
 
+// kill9 kills the process with SIGKILL, as a crash would, and waits for it
+// to be reaped. Killing a stopped process is a no-op.
+func (p *process) kill9() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r := p.cur; r != nil {
+		p.cur = nil
+		if !r.exited() {
+			kill(r)
+		}
+	}
+}
+
 // close stops the process for good; later starts fail with ErrClosed. Unlike
 // stop, it does not report a process that had already died on its own (a test
 // may have crashed or shut down the server on purpose).

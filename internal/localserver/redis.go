@@ -189,6 +189,11 @@ func (r *Redis) Dir() string { return r.dir }
 // server starts empty (a restarted replica resyncs from its primary).
 func (r *Redis) Stop() error { return r.proc.stop() }
 
+// Kill kills the server with SIGKILL (kill -9): no shutdown, no last write
+// to disk, connections left dangling, as when a host dies. Start brings it
+// back.
+func (r *Redis) Kill() { r.proc.kill9() }
+
 // Start restarts a stopped server on the same address and waits until it
 // answers PING. It is a no-op if the server is running and fails with
 // [ErrClosed] after Close. It can fail if another process took the port
