@@ -47,9 +47,11 @@
 // A denial is not an error. A backend failure is not a decision either:
 // each backend call is bounded by the caller's context and a per-call
 // timeout (DefaultCallTimeout, 100 ms), and on failure the failure mode
-// decides (FailOpen by default, FailClosed on request, throttler-wide or
-// per policy), the Result is marked Degraded with the failure in Err, and
-// the failure is logged and observed. Invalid input is an error that
+// decides (FailOpen by default, FailClosed, or FailLocal, which decides in
+// process on this process's share of the policy; throttler-wide or per
+// policy), the Result is marked Degraded with the failure in Err, and the
+// failure is logged and observed. WithDenyCache answers repeated denials
+// without a round trip. Invalid input is an error that
 // errors.Is matches against the Err variables. No input makes the package
 // panic.
 //

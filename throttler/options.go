@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // DefaultCallTimeout bounds each backend call unless WithCallTimeout says
@@ -20,6 +22,11 @@ const (
 	// FailClosed denies the request when the backend fails, with a
 	// RetryAfter of one second.
 	FailClosed
+	// FailLocal decides in process while the backend fails, with the same
+	// policy scaled down to this process's share (WithLocalFallback), so
+	// that an abusive client stays limited and the others pass. Without
+	// WithLocalFallback it fails closed.
+	FailLocal
 )
 
 // String returns "open" or "closed".
@@ -29,6 +36,8 @@ func (m FailureMode) String() string {
 		return "open"
 	case FailClosed:
 		return "closed"
+	case FailLocal:
+		return "local"
 	}
 	return fmt.Sprintf("FailureMode(%d)", int(m))
 }
@@ -54,6 +63,8 @@ type settings struct {
 	failure    FailureMode
 	failureSet bool
 	denyCache  *denyCache
+	local      driver.Backend
+	processes  int
 }
 
 type optionFunc struct {
@@ -120,7 +131,7 @@ func WithCallTimeout(d time.Duration) Option {
 // default is FailOpen. A policy's own setting overrides the throttler's.
 func WithFailureMode(m FailureMode) Option {
 	return optionFunc{"WithFailureMode", false, func(s *settings) error {
-		if m != FailOpen && m != FailClosed {
+		if m != FailOpen && m != FailClosed && m != FailLocal {
 			return fmt.Errorf("%w: unknown failure mode %d", ErrInvalidOption, int(m))
 		}
 		s.failure, s.failureSet = m, true
@@ -142,6 +153,25 @@ func WithDenyCache(entries int, maxStale time.Duration) Option {
 			return fmt.Errorf("%w: WithDenyCache(%d, %v) needs entries >= 1 and a positive staleness", ErrInvalidOption, entries, maxStale)
 		}
 		s.denyCache = newDenyCache(entries, maxStale)
+		return nil
+	}}
+}
+
+// WithLocalFallback sets the in-process store that FailLocal decides with
+// while the backend fails, typically memorybackend.New(), and the number of
+// processes expected to share the load: each limit's quota (Max, and a
+// GCRA burst) is divided by processes, rounded up, so that the fleet as a
+// whole allows about what the policy allows. It also makes FailLocal the
+// throttler's failure mode unless WithFailureMode says otherwise.
+func WithLocalFallback(local driver.Backend, processes int) Option {
+	return optionFunc{"WithLocalFallback", true, func(s *settings) error {
+		if local == nil || processes < 1 {
+			return fmt.Errorf("%w: WithLocalFallback needs a backend and at least one process", ErrInvalidOption)
+		}
+		s.local, s.processes = local, processes
+		if !s.failureSet {
+			s.failure = FailLocal
+		}
 		return nil
 	}}
 }

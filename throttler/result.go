@@ -53,6 +53,9 @@ type Result struct {
 	// Cached reports a denial answered from the throttler's deny cache
 	// (WithDenyCache) without a backend call.
 	Cached bool
+	// Local reports a degraded result that FailLocal decided in process,
+	// on this process's share of the policy (WithLocalFallback).
+	Local bool
 	// Subjects holds the result for each subject of Throttler.AllowAll, in
 	// the order given; it is nil otherwise.
 	Subjects []Result

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"sync"
 	"time"
 
 	"github.com/throttlekit/throttlekit/throttler/driver"
@@ -30,6 +31,9 @@ type Throttler struct {
 	timeout     time.Duration
 	failure     FailureMode
 	denies      *denyCache // nil without WithDenyCache
+	local       driver.Backend
+	processes   int
+	shares      sync.Map // *Policy -> *Policy scaled to one process's share
 }
 
 // New returns a Throttler over backend b, a value from one of the backend
@@ -50,7 +54,7 @@ func New(b driver.Backend, opts ...Option) (*Throttler, error) {
 		return nil, err
 	}
 	t := &Throttler{backend: b, clock: s.clock, timeout: s.timeout, failure: s.failure,
-		logger: s.logger, observers: s.observers, denies: s.denyCache}
+		logger: s.logger, observers: s.observers, denies: s.denyCache, local: s.local, processes: s.processes}
 	if !s.loggerSet {
 		t.logger = slog.Default()
 	}
@@ -279,7 +283,9 @@ func (t *Throttler) finish(ctx context.Context, op string, p *Policy, req driver
 		return Result{}, err
 	}
 	var r Result
-	if err != nil {
+	if err != nil && op == "allow" && p.failureMode(t.failure) == FailLocal && t.local != nil {
+		r = t.decideLocally(ctx, p, req, err)
+	} else if err != nil {
 		r = t.degraded(p, req, err, limits)
 	} else {
 		r = evaluate(p, req.Now, req.Cost, out.Allowed, out.States, limits)
@@ -309,6 +315,48 @@ func (t *Throttler) neverAllowed(ctx context.Context, p *Policy, req driver.Requ
 	return r, fmt.Errorf("%w: cost %d, limit %q holds %d", ErrCostExceedsLimit, req.Cost, r.Binding, r.Limit)
 }
 
+// decideLocally decides req on the local fallback store with this
+// process's share of p, after the backend failed with err. The result is
+// degraded, carries err and says it was decided locally; if the local
+// store fails too, the request fails closed.
+func (t *Throttler) decideLocally(ctx context.Context, p *Policy, req driver.Request, err error) Result {
+	share := t.share(p)
+	local := req
+	local.Policy, local.Buffer = share.compiled, nil
+	out, lerr := t.local.Decide(context.WithoutCancel(ctx), local)
+	if lerr != nil || len(out.States) != len(share.compiled.Limits) {
+		return t.degraded(p, req, err, nil)
+	}
+	r := evaluate(share, req.Now, req.Cost, out.Allowed, out.States, nil)
+	r.Policy = p.compiled.Name
+	r.Degraded, r.Err, r.Local = true, err, true
+	return r
+}
+
+// share returns p with every quota divided by the expected number of
+// processes, rounded up, built once per policy.
+func (t *Throttler) share(p *Policy) *Policy {
+	if s, ok := t.shares.Load(p); ok {
+		return s.(*Policy)
+	}
+	limits := p.Limits()
+	for i := range limits {
+		l := &limits[i]
+		l.Max = (l.Max + int64(t.processes) - 1) / int64(t.processes)
+		if l.Burst != 0 {
+			l.Burst = (l.Burst + int64(t.processes) - 1) / int64(t.processes)
+		}
+	}
+	s, err := NewPolicy(p.compiled.Name, limits)
+	if err != nil {
+		// A scaled limit of a valid one is valid (every quota stays >= 1);
+		// should it not be, the full policy is the safe share.
+		s = p
+	}
+	actual, _ := t.shares.LoadOrStore(p, s)
+	return actual.(*Policy)
+}
+
 // degraded builds the result of a failed backend call from the failure
 // mode: the figures of a fresh window after this request (fail open), or a
 // denial with nothing remaining (fail closed).
@@ -317,7 +365,8 @@ func (t *Throttler) degraded(p *Policy, req driver.Request, err error, limits []
 	driver.Decide(p.compiled, req.Now, req.Cost, fresh)
 	r := evaluate(p, req.Now, req.Cost, true, fresh, limits)
 	r.Degraded, r.Err = true, err
-	if p.failureMode(t.failure) == FailClosed {
+	if m := p.failureMode(t.failure); m == FailClosed || m == FailLocal {
+		// FailLocal lands here without a local store, or when it failed too.
 		r.Allowed = false
 		r.RetryAfter = degradedRetryAfter
 		r.ResetAt = req.Now.Add(degradedRetryAfter)
