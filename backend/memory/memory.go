@@ -124,6 +124,21 @@ func (b *Backend) ready() error {
 	return nil
 }
 
+// check reports what makes req unusable: a Backend not built by New, a
+// context already done, a policy not built by driver.NewPolicy.
+func (b *Backend) check(ctx context.Context, req driver.Request) error {
+	if err := b.ready(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !req.Policy.Valid() {
+		return driver.ErrInvalidPolicy
+	}
+	return nil
+}
+
 // neverSwept marks a backend that has not swept every shard yet.
 const neverSwept = -1 << 63
 
@@ -140,14 +155,8 @@ func (b *Backend) Decide(ctx context.Context, req driver.Request) (driver.Outcom
 // Peek implements driver.Peeker: the states stored for the identifier,
 // read under its lock, changing nothing.
 func (b *Backend) Peek(ctx context.Context, req driver.Request) (driver.Outcome, error) {
-	if err := b.ready(); err != nil {
+	if err := b.check(ctx, req); err != nil {
 		return driver.Outcome{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return driver.Outcome{}, err
-	}
-	if !req.Policy.Valid() {
-		return driver.Outcome{}, driver.ErrInvalidPolicy
 	}
 	key := entryKey{req.Policy.Name, req.Identifier}
 	states := req.States()[:len(req.Policy.Limits)]
@@ -203,14 +212,8 @@ func (b *Backend) Ping(ctx context.Context) error {
 // update applies step to the identifier's states under the shard lock and
 // stores the result when it changed anything.
 func (b *Backend) update(ctx context.Context, req driver.Request, step func([]driver.State) bool) (driver.Outcome, error) {
-	if err := b.ready(); err != nil {
+	if err := b.check(ctx, req); err != nil {
 		return driver.Outcome{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return driver.Outcome{}, err
-	}
-	if !req.Policy.Valid() {
-		return driver.Outcome{}, driver.ErrInvalidPolicy
 	}
 	key := entryKey{req.Policy.Name, req.Identifier}
 	out, needsRoom := b.tryUpdate(key, req, step)
