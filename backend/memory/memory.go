@@ -63,7 +63,14 @@ type shard struct {
 	mu      sync.Mutex
 	entries map[entryKey]*entry
 	inserts int
+	// peak is the most entries the map has held since it was made. Go
+	// maps never shrink, so a sweep that leaves a quarter of that or less
+	// copies the survivors into a new map and the old one's memory goes.
+	peak int
 }
+
+// shrinkAbove is the smallest peak worth a copy after a sweep.
+const shrinkAbove = 1024
 
 // entryKey names one identifier under one policy.
 type entryKey struct{ policy, id string }
@@ -258,6 +265,7 @@ func (b *Backend) tryUpdate(key entryKey, req driver.Request, step func([]driver
 		}
 		e = &entry{}
 		sh.entries[key] = e
+		sh.peak = max(sh.peak, len(sh.entries))
 		b.held.Add(1)
 	}
 	e.store(p, states, req.Now, b.sweep)
@@ -292,6 +300,13 @@ func (b *Backend) sweepLocked(sh *shard, nowMs int64) {
 			delete(sh.entries, k)
 			b.held.Add(-1)
 		}
+	}
+	if n := len(sh.entries); sh.peak >= shrinkAbove && n <= sh.peak/4 {
+		kept := make(map[entryKey]*entry, n)
+		for k, e := range sh.entries {
+			kept[k] = e
+		}
+		sh.entries, sh.peak = kept, n
 	}
 }
 
