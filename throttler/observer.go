@@ -3,6 +3,7 @@ package throttler
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 )
 
@@ -36,10 +37,73 @@ type ObserverFunc func(ctx context.Context, e Event)
 // Observe calls f(ctx, e).
 func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
 
-// logFailure logs a backend failure at Warn level, with the caller's
-// context.
-func logFailure(ctx context.Context, l *slog.Logger, e Event) {
-	l.LogAttrs(ctx, slog.LevelWarn, "throttlekit: backend failure",
-		slog.String("op", e.Op), slog.String("policy", e.Policy),
-		slog.Duration("latency", e.Latency), slog.Any("error", e.Err))
+// outageLogEvery is how often the throttler logs a count of the failures
+// of a backend that keeps failing.
+const outageLogEvery = 10 * time.Second
+
+// outageQuiet is how long a backend must go without a failure, once it
+// answers again, before the throttler logs that it recovered. A backend that
+// fails some calls and serves others (one shard of several down) is still
+// failing.
+const outageQuiet = time.Second
+
+// outageLog logs a backend's outage once, not once per request: a line at
+// the first failure, a line every outageLogEvery with the failures counted
+// since the last line, and a line when calls succeed again after
+// outageQuiet without a failure. It costs a successful call one atomic
+// load.
+type outageLog struct {
+	logger *slog.Logger
+	every  time.Duration // outageLogEvery but in tests
+	quiet  time.Duration // outageQuiet but in tests
+
+	failing     atomic.Bool
+	started     atomic.Int64  // unix ns of the outage's first failure
+	lastFailure atomic.Int64  // unix ns of the latest failure
+	lastLine    atomic.Int64  // unix ns of the latest line
+	count       atomic.Uint64 // failures since the latest line
+	total       atomic.Uint64 // failures since the outage began
+}
+
+// failure records a failed operation and logs if a line is due.
+func (o *outageLog) failure(ctx context.Context, e Event) {
+	now := time.Now().UnixNano()
+	o.lastFailure.Store(now)
+	o.total.Add(1)
+	if !o.failing.Load() && o.failing.CompareAndSwap(false, true) {
+		o.started.Store(now)
+		o.lastLine.Store(now)
+		o.count.Store(0)
+		o.logger.LogAttrs(ctx, slog.LevelWarn, "throttlekit: backend failing; decisions follow the failure mode",
+			slog.String("op", e.Op), slog.String("policy", e.Policy),
+			slog.Duration("latency", e.Latency), slog.Any("error", e.Err))
+		return
+	}
+	o.count.Add(1)
+	last := o.lastLine.Load()
+	if now-last < int64(o.every) || !o.lastLine.CompareAndSwap(last, now) {
+		return
+	}
+	o.logger.LogAttrs(ctx, slog.LevelWarn, "throttlekit: backend still failing",
+		slog.Uint64("failures", o.count.Swap(0)),
+		slog.Duration("interval", time.Duration(now-last).Round(time.Millisecond)),
+		slog.Duration("outage", time.Duration(now-o.started.Load()).Round(time.Millisecond)),
+		slog.String("op", e.Op), slog.String("policy", e.Policy), slog.Any("error", e.Err))
+}
+
+// success records a successful operation; after an outage, once no call
+// has failed for outageQuiet, it logs the recovery.
+func (o *outageLog) success(ctx context.Context) {
+	if !o.failing.Load() {
+		return
+	}
+	now := time.Now().UnixNano()
+	if now-o.lastFailure.Load() < int64(o.quiet) || !o.failing.CompareAndSwap(true, false) {
+		return
+	}
+	o.lastLine.Store(now)
+	o.logger.LogAttrs(ctx, slog.LevelInfo, "throttlekit: backend recovered",
+		slog.Duration("outage", time.Duration(o.lastFailure.Load()-o.started.Load()).Round(time.Millisecond)),
+		slog.Uint64("failures", o.total.Swap(0)))
+	o.count.Store(0)
 }

@@ -104,9 +104,11 @@ func WithObserver(o Observer) Option {
 	}}
 }
 
-// WithLogger sets where backend failures are logged, at Warn level with the
-// caller's context; the default is slog.Default(), and nil turns logging
-// off.
+// WithLogger sets where backend outages are logged, with the caller's
+// context; the default is slog.Default(), and nil turns logging off. An
+// outage is logged once, not once per request: a Warn line at its first
+// failure, a Warn line every 10 s with the count of failures since the
+// previous line, and an Info line once calls succeed again for a second.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc{"WithLogger", true, func(s *settings) error {
 		s.logger, s.loggerSet = l, true

@@ -24,9 +24,9 @@ const degradedRetryAfter = time.Second
 type Throttler struct {
 	backend     driver.Backend
 	clock       Clock
-	wallClock   bool         // clock is the wall clock: a call's latency is time.Since(now)
-	nonblocking bool         // the backend never blocks: no timeout context
-	logger      *slog.Logger // where failures are logged; nil: nowhere
+	wallClock   bool       // clock is the wall clock: a call's latency is time.Since(now)
+	nonblocking bool       // the backend never blocks: no timeout context
+	outages     *outageLog // where failures are logged; nil: nowhere
 	observers   []Observer
 	timeout     time.Duration
 	failure     FailureMode
@@ -54,9 +54,13 @@ func New(b driver.Backend, opts ...Option) (*Throttler, error) {
 		return nil, err
 	}
 	t := &Throttler{backend: b, clock: s.clock, timeout: s.timeout, failure: s.failure,
-		logger: s.logger, observers: s.observers, denies: s.denyCache, local: s.local, processes: s.processes}
+		observers: s.observers, denies: s.denyCache, local: s.local, processes: s.processes}
+	logger := s.logger
 	if !s.loggerSet {
-		t.logger = slog.Default()
+		logger = slog.Default()
+	}
+	if logger != nil {
+		t.outages = &outageLog{logger: logger, every: outageLogEvery, quiet: outageQuiet}
 	}
 	_, t.wallClock = s.clock.(wallClock)
 	if nb, ok := b.(driver.Nonblocking); ok {
@@ -294,6 +298,8 @@ func (t *Throttler) finish(ctx context.Context, op string, p *Policy, req driver
 	if err != nil || len(t.observers) > 0 {
 		rc := r // only this branch pays for an escaping copy
 		t.observe(ctx, op, p, req, &rc, err, lat)
+	} else if t.outages != nil {
+		t.outages.success(ctx)
 	}
 	return r, nil
 }
@@ -430,8 +436,12 @@ func (t *Throttler) callContext(ctx context.Context, d time.Duration) (context.C
 // observe logs a failure and tells the observers.
 func (t *Throttler) observe(ctx context.Context, op string, p *Policy, req driver.Request, r *Result, err error, lat time.Duration) {
 	e := Event{Op: op, Policy: p.compiled.Name, Result: r, Err: err, Latency: lat}
-	if err != nil && t.logger != nil {
-		logFailure(ctx, t.logger, e)
+	if t.outages != nil {
+		if errors.Is(err, ErrBackend) {
+			t.outages.failure(ctx, e)
+		} else if err == nil {
+			t.outages.success(ctx)
+		}
 	}
 	for _, o := range t.observers {
 		o.Observe(ctx, e)

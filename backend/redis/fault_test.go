@@ -2,6 +2,7 @@ package redisbackend_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttlekit/throttlekit/backend/breaker"
 	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
 	"github.com/throttlekit/throttlekit/internal/localserver"
 	"github.com/throttlekit/throttlekit/internal/testkit"
@@ -387,9 +389,16 @@ func TestClusterPrimaryKillRecoversAfterPromotion(t *testing.T) {
 	c := localserver.RedisClusterT(t, 3, 1) // a cluster of its own: this test breaks it
 	require.NoError(t, c.WaitReplicasSynced(10*time.Second))
 	require.NoError(t, listReplicas(c))
+	// As operators run a cluster that must keep serving the slots it still
+	// has: without this, every node answers CLUSTERDOWN from the moment the
+	// dead primary is marked failed until its replica takes over.
+	for _, n := range c.Nodes() {
+		admin := newClient(t, n.Addr())
+		require.NoError(t, admin.ConfigSet(ctx, "cluster-require-full-coverage", "no").Err())
+	}
 	cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: c.Addrs(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = cc.Close() })
-	b := mustBackend(t, cc, redisbackend.WithPrefix(newPrefix()))
+	b := mustBackend(t, cc, redisbackend.WithPrefix(newPrefix()), redisbackend.WithBreaker(breaker.WithLogger(nil)))
 	th := testkit.Throttler(t, b, throttler.WithLogger(nil), throttler.WithCallTimeout(200*time.Millisecond))
 	p := mustPolicy(t, "kill", "1000000/h")
 	const id = "user:42"
@@ -411,31 +420,59 @@ func TestClusterPrimaryKillRecoversAfterPromotion(t *testing.T) {
 		}
 	}
 	require.NotNil(t, primary)
+	// An identifier served by another primary: its breaker stays closed
+	// and none of its decisions may degrade.
+	other := ""
+	for i := 0; other == "" && i < 1000; i++ {
+		id := fmt.Sprintf("other:%d", i)
+		node, err := cc.MasterForKey(ctx, b.Keys(testkit.Compile(t, p), id)[0])
+		require.NoError(t, err)
+		if node.Options().Addr != primaryAddr {
+			other = id
+		}
+	}
+	require.NotEmpty(t, other)
 	watch := goredis.NewClient(&goredis.Options{Addr: replicaAddr})
 	t.Cleanup(func() { _ = watch.Close() })
 
 	killed := time.Now()
 	primary.Kill()
 	var promoted, recovered time.Time
-	degraded := 0
+	degraded, otherDegraded := 0, 0
+	var fast []time.Duration // degraded decisions answered by an open breaker
 	for deadline := killed.Add(40 * time.Second); time.Now().Before(deadline) && recovered.IsZero(); time.Sleep(20 * time.Millisecond) {
 		if promoted.IsZero() {
 			if role, err := watch.Do(ctx, "ROLE").Slice(); err == nil && len(role) > 0 && role[0] == "master" {
 				promoted = time.Now()
 			}
 		}
+		start := time.Now()
 		r, err := th.Allow(ctx, p, id)
+		took := time.Since(start)
 		require.NoError(t, err)
 		if r.Degraded {
 			degraded++
+			if errors.Is(r.Err, breaker.ErrOpen) {
+				fast = append(fast, took)
+			}
 		} else if !promoted.IsZero() {
 			recovered = time.Now()
+		}
+		r, err = th.Allow(ctx, p, other)
+		require.NoError(t, err)
+		if r.Degraded {
+			if otherDegraded == 0 {
+				t.Logf("first degraded decision on a live primary, %v after the kill: %v", time.Since(killed), r.Err)
+			}
+			otherDegraded++
 		}
 	}
 	require.False(t, promoted.IsZero(), "the replica was not promoted within 40 s of the kill")
 	require.False(t, recovered.IsZero(), "decisions were still degraded 40 s after the kill")
 	after := max(recovered.Sub(promoted), 0)
-	t.Logf("promotion %v after the kill; decided normally %v after the promotion (goal <= 1s); %d degraded decisions",
-		promoted.Sub(killed).Round(time.Millisecond), after.Round(time.Millisecond), degraded)
+	t.Logf("promotion %v after the kill; decided normally %v after the promotion (goal <= 1s); %d degraded decisions, %d answered by the dead node's open breaker in a median %v; %d degraded on the live primaries",
+		promoted.Sub(killed).Round(time.Millisecond), after.Round(time.Millisecond), degraded, len(fast), median(fast), otherDegraded)
+	assert.Zero(t, otherDegraded, "a dead node's outage must not touch the other nodes' identifiers")
+	assert.NotEmpty(t, fast, "the dead node's breaker never opened")
 	assert.Less(t, after, 10*time.Second, "recovery must not wait for go-redis's periodic reload")
 }

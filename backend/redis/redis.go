@@ -15,6 +15,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/throttlekit/throttlekit/backend/breaker"
 	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
@@ -118,6 +119,8 @@ type Backend struct {
 	prefix    string
 	// graceMs is the expiry grace in milliseconds, boxed once for ARGV.
 	graceMs any
+	// breakers holds the circuit breakers of WithBreaker, nil without it.
+	breakers *breaker.Set
 	// reloaded is when a failure last asked a Cluster client to reload its
 	// slot map (Unix nanoseconds).
 	reloaded atomic.Int64
@@ -153,7 +156,7 @@ func unreachable(err error) bool {
 	return errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
-		goredis.HasErrorPrefix(err, "CLUSTERDOWN")
+		goredis.HasErrorPrefix(err, "CLUSTERDOWN") || errors.Is(err, breaker.ErrOpen)
 }
 
 // conn is a client and whether the backend must enforce the caller's context
@@ -193,9 +196,11 @@ func honoursDeadlines(c Client) bool {
 type Option func(*config)
 
 type config struct {
-	prefix string
-	reader Client
-	grace  time.Duration
+	prefix      string
+	reader      Client
+	grace       time.Duration
+	breaker     bool
+	breakerOpts []breaker.Option
 }
 
 // WithPrefix sets the string every key starts with; the default is
@@ -244,6 +249,21 @@ func New(client Client, opts ...Option) (*Backend, error) {
 			return nil, fmt.Errorf("%w: nil read client", driver.ErrInvalidOption)
 		}
 		b.reader, b.ownReader = newConn(cfg.reader), true
+	}
+	if cfg.breaker {
+		set, err := breaker.NewSet(cfg.breakerOpts...)
+		if err != nil {
+			return nil, err
+		}
+		for i, c := range []Client{client, cfg.reader} {
+			if c == nil || (i == 1 && c == client) { // the read client is the main one
+				continue
+			}
+			if err := installBreakers(c, set); err != nil {
+				return nil, err
+			}
+		}
+		b.breakers = set
 	}
 	return b, nil
 }

@@ -20,7 +20,10 @@ type options struct {
 }
 
 // WithBackendOptions passes opts to the redisbackend.New of every server:
-// a key prefix (redisbackend.WithPrefix), an expiry grace.
+// a key prefix (redisbackend.WithPrefix), an expiry grace, circuit breakers
+// (redisbackend.WithBreaker: each server, primary or replica, then has a
+// breaker of its own, so that one group's outage costs the others
+// nothing).
 func WithBackendOptions(opts ...redisbackend.Option) Option {
 	return func(o *options) { o.backend = append(o.backend, opts...) }
 }

@@ -1,0 +1,146 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/throttlekit/throttlekit/throttler/driver"
+)
+
+// Backend is a driver.Backend behind one breaker. Every call to the wrapped
+// backend goes through the breaker; a call it rejects returns an error
+// wrapping ErrOpen at once.
+//
+// Errors that are not outages (invalid input, a bad reply, an unsupported
+// operation, ErrNotInitialized) count as successes: the server answered.
+// Everything else counts as a failure. A call the caller canceled counts
+// neither way.
+type Backend struct {
+	next driver.Backend
+	br   *Breaker
+}
+
+// Wrap returns b behind a breaker named server. The error wraps
+// driver.ErrInvalidOption for a bad option, or driver.ErrNotInitialized for
+// a nil b.
+func Wrap(b driver.Backend, server string, opts ...Option) (*Backend, error) {
+	if b == nil {
+		return nil, fmt.Errorf("%w: breaker.Wrap of a nil backend", driver.ErrNotInitialized)
+	}
+	br, err := New(server, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Backend{next: b, br: br}, nil
+}
+
+// Breaker returns the backend's breaker.
+func (b *Backend) Breaker() *Breaker { return b.br }
+
+// Unwrap returns the wrapped backend.
+func (b *Backend) Unwrap() driver.Backend { return b.next }
+
+// outage reports whether err says the server failed, as opposed to an answer
+// the server gave.
+func outage(err error) error {
+	switch {
+	case err == nil,
+		errors.Is(err, driver.ErrInvalidLimit), errors.Is(err, driver.ErrInvalidPolicy),
+		errors.Is(err, driver.ErrInvalidOption), errors.Is(err, driver.ErrNotInitialized),
+		errors.Is(err, driver.ErrBadReply), errors.Is(err, errors.ErrUnsupported),
+		errors.Is(err, driver.ErrClosed):
+		return nil
+	}
+	return err
+}
+
+func guard[T any](b *Backend, call func() (T, error)) (T, error) {
+	if b == nil || b.br == nil {
+		var zero T
+		return zero, fmt.Errorf("%w: breaker.Backend not built by Wrap", driver.ErrNotInitialized)
+	}
+	done, err := b.br.Allow()
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	v, err := call()
+	done(outage(err))
+	return v, err
+}
+
+// Decide implements driver.Backend.
+func (b *Backend) Decide(ctx context.Context, req driver.Request) (driver.Outcome, error) {
+	return guard(b, func() (driver.Outcome, error) { return b.next.Decide(ctx, req) })
+}
+
+// Peek implements driver.Peeker: the wrapped backend's Peek, or its Decide
+// with cost 0 when it has none.
+func (b *Backend) Peek(ctx context.Context, req driver.Request) (driver.Outcome, error) {
+	return guard(b, func() (driver.Outcome, error) {
+		if pk, ok := b.next.(driver.Peeker); ok {
+			return pk.Peek(ctx, req)
+		}
+		req.Cost = 0
+		return b.next.Decide(ctx, req)
+	})
+}
+
+// Refund implements driver.Refunder. A wrapped backend without Refunder
+// gives an error wrapping errors.ErrUnsupported.
+func (b *Backend) Refund(ctx context.Context, req driver.Request) (driver.Outcome, error) {
+	return guard(b, func() (driver.Outcome, error) {
+		rf, ok := b.next.(driver.Refunder)
+		if !ok {
+			return driver.Outcome{}, fmt.Errorf("%w: wrapped backend cannot refund", errors.ErrUnsupported)
+		}
+		return rf.Refund(ctx, req)
+	})
+}
+
+// Reset implements driver.Resetter. A wrapped backend without Resetter gives
+// an error wrapping errors.ErrUnsupported.
+func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string) error {
+	_, err := guard(b, func() (struct{}, error) {
+		rs, ok := b.next.(driver.Resetter)
+		if !ok {
+			return struct{}{}, fmt.Errorf("%w: wrapped backend cannot reset", errors.ErrUnsupported)
+		}
+		return struct{}{}, rs.Reset(ctx, p, identifier)
+	})
+	return err
+}
+
+// Ping implements driver.Pinger. It goes through the breaker too, so that a
+// health check sees an open breaker as the outage it is; nil when the
+// wrapped backend has no Pinger.
+func (b *Backend) Ping(ctx context.Context) error {
+	_, err := guard(b, func() (struct{}, error) {
+		if pg, ok := b.next.(driver.Pinger); ok {
+			return struct{}{}, pg.Ping(ctx)
+		}
+		return struct{}{}, nil
+	})
+	return err
+}
+
+// Close implements driver.Closer: it closes the wrapped backend when that
+// is a Closer.
+func (b *Backend) Close() error {
+	if b == nil {
+		return nil
+	}
+	if c, ok := b.next.(driver.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+var (
+	_ driver.Peeker   = (*Backend)(nil)
+	_ driver.Refunder = (*Backend)(nil)
+	_ driver.Resetter = (*Backend)(nil)
+	_ driver.Pinger   = (*Backend)(nil)
+	_ driver.Closer   = (*Backend)(nil)
+)

@@ -1,0 +1,37 @@
+// Package breaker gives each server a backend talks to a circuit breaker,
+// so that an unreachable store costs a request microseconds instead of the
+// whole per-call timeout.
+//
+// A [Breaker] counts consecutive failed calls to one server. After
+// [WithFailures] of them (5 by default) it opens: every call is answered at
+// once with an error wrapping [ErrOpen], without touching the network, and
+// the throttler applies the policy's failure mode (open, closed or local).
+// After [WithOpenFor] (500 ms by default) it lets one probe through
+// (half-open); a probe that succeeds closes it, one that fails opens it for
+// another period. A server that comes back is therefore used again within
+// about half a second, on the first request after the period.
+//
+// What counts as a failure is the caller's choice: the Redis backend counts
+// network errors and timeouts, not the server's reply errors (a NOSCRIPT or
+// a MOVED proves the server is there). A call whose context the caller
+// canceled counts neither way.
+//
+// The state machine is github.com/sony/gobreaker. This package adds what a
+// rate limiter needs around it: one breaker per server created on first use
+// ([Set]), a fixed error per server so a rejected call allocates nothing,
+// and logs that follow the outage rather than the traffic: one line when a
+// breaker opens, one when it closes (with how long it was open and how many
+// calls it answered), and while it stays open a line every [WithLogEvery]
+// (10 s by default) with the count of calls it rejected and probes that
+// failed. Half-open probes are logged at debug level only.
+//
+// Backends use it in two ways:
+//
+//   - The Redis backend takes [Option] values through
+//     redisbackend.WithBreaker and installs a breaker per server inside
+//     the go-redis client: per node of a Cluster, per group of a sharded
+//     layout, one for a standalone server.
+//   - [Wrap] puts one breaker in front of any driver.Backend, for a backend
+//     that does not break per server itself (memcached, a backend of your
+//     own).
+package breaker
