@@ -100,7 +100,7 @@
 // leave refunds out, and without Resetter, resets.
 //
 // A Harness may implement Limitations to declare a weaker guarantee its
-// backend documents. Limits.CostAboveOneInexactUnderConcurrency (memcached
+// backend documents. Caveats.CostAboveOneInexactUnderConcurrency (memcached
 // may deny a request of cost above one that races near the limit) makes
 // ConcurrentCostAboveOne stop requiring that exactly as many requests as
 // fit are allowed. It still requires that the units consumed equal the

@@ -67,7 +67,7 @@
 //
 // # Optional interfaces
 //
-// Backend implements every optional interface of throttler:
+// Backend implements every optional interface of throttler/driver:
 //
 //   - Peek asks the serving backend only, through its Peek, or Decide with
 //     cost 0 when it has none.

@@ -284,16 +284,40 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 
 // Ping implements driver.Pinger. It pings both backends, because the
 // split can send any identifier to either of them at any moment without a
-// deploy. The error joins both failures; a backend without Pinger counts as
-// reachable (the throttler's fallback).
+// deploy, and the flag source when it implements driver.Pinger (an Unleash
+// source that cannot fetch its toggle). The error joins every failure; a
+// backend without Pinger counts as reachable (the throttler's fallback).
 func (b *Backend) Ping(ctx context.Context) error {
 	if err := b.ready(); err != nil {
 		return err
 	}
-	var errs [2]error
+	var errs [3]error
 	for side, backend := range b.backends {
 		if pg, ok := backend.(driver.Pinger); ok {
 			if err := pg.Ping(ctx); err != nil {
+				errs[side] = fmt.Errorf("%s backend: %w", Side(side), err)
+			}
+		}
+	}
+	if pg, ok := b.source.(driver.Pinger); ok {
+		if err := pg.Ping(ctx); err != nil {
+			errs[2] = fmt.Errorf("flag source: %w", err)
+		}
+	}
+	return errors.Join(errs[:]...)
+}
+
+// Close implements driver.Closer: it closes both backends, each that
+// implements driver.Closer, and joins their errors. The flag source stays
+// the caller's to close, as it may feed other backends.
+func (b *Backend) Close() error {
+	if b == nil {
+		return nil
+	}
+	var errs [2]error
+	for side, backend := range b.backends {
+		if c, ok := backend.(driver.Closer); ok {
+			if err := c.Close(); err != nil {
 				errs[side] = fmt.Errorf("%s backend: %w", Side(side), err)
 			}
 		}
@@ -316,6 +340,7 @@ var (
 	_ driver.Refunder = (*Backend)(nil)
 	_ driver.Resetter = (*Backend)(nil)
 	_ driver.Pinger   = (*Backend)(nil)
+	_ driver.Closer   = (*Backend)(nil)
 )
 
 // counters are the Backend's statistics. Split mode touches none of them on

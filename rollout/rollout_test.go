@@ -529,3 +529,27 @@ func TestZeroBackendFailsWithoutPanicking(t *testing.T) {
 	assert.ErrorIs(t, b.Ping(ctx), driver.ErrNotInitialized)
 	assert.Equal(t, SideOld, b.Side("x"))
 }
+
+// closeCounter is a backend that counts its Close calls.
+type closeCounter struct {
+	driver.Backend
+	closed int
+	err    error
+}
+
+func (c *closeCounter) Close() error { c.closed++; return c.err }
+
+// Close closes both backends that are Closers and joins their errors.
+func TestCloseClosesBothBackends(t *testing.T) {
+	errOld := errors.New("old close failed")
+	oldB := &closeCounter{Backend: memorybackend.New(), err: errOld}
+	newB := &closeCounter{Backend: memorybackend.New()}
+	src, err := NewStaticSource(50)
+	require.NoError(t, err)
+	b, err := New(oldB, newB, src)
+	require.NoError(t, err)
+	err = b.Close()
+	assert.ErrorIs(t, err, errOld)
+	assert.Equal(t, 1, oldB.closed)
+	assert.Equal(t, 1, newB.closed)
+}

@@ -1,5 +1,5 @@
 -- common.lua holds what decide.lua, peek.lua and refund.lua share: the
--- helpers of throttler/algorithm.go and limit.go, each named after the Go
+-- helpers of throttler/driver/algorithm.go and policy.go, each named after the Go
 -- function it mirrors line for line, and the reading and writing of states.
 -- redis.go splices it into each script right after the script's first line,
 -- its shebang, so every script Redis runs is whole in itself.

@@ -1,6 +1,6 @@
 #!lua
 -- decide.lua decides one request for one identifier's whole policy in one
--- atomic step. decide below is throttler.Decide (throttler/algorithm.go)
+-- atomic step. decide below is driver.Decide (throttler/driver/algorithm.go)
 -- line for line, and the helpers it calls (common.lua) mirror the Go
 -- functions they are named after. TestScriptsMirrorGo runs this script and
 -- the Go function on the same random sequences and compares every reply.
@@ -12,7 +12,7 @@
 --
 -- KEYS, ARGV  see common.lua; ARGV[3] is the cost
 -- reply       {allowed, used_1, end_1, ...}: the states after the decision,
---             as throttler.Decide returns them
+--             as driver.Decide returns them
 
 -- Decide
 local function decide(limits, now_ms, now_us, cost, states)

@@ -108,10 +108,10 @@
 // around it are the key's hash tag: all of an identifier's keys land in one
 // cluster slot, whatever bytes it holds, and no identifier can move its keys
 // to another slot with braces of its own. Escaping is injective, so distinct
-// identifiers never share a key. The policy key and the limit key are
-// Policy.PolicyKey and Policy.LimitKey: the limit's name, algorithm and
-// window (and GCRA burst), so two limits never share a counter and raising
-// a limit's Max keeps its count.
+// identifiers never share a key. The policy key and the limit key are the
+// compiled driver.Policy's Key and driver.Limit's Key: the limit's name,
+// algorithm and window (and GCRA capacity), so two limits never share a
+// counter and raising a fixed window's Max keeps its count.
 //
 // A key holds the string "used:end": for fixed windows the units used and
 // the window's end in Unix milliseconds, for GCRA 0 and the theoretical

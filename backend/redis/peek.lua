@@ -2,7 +2,7 @@
 -- peek.lua reads one identifier's policy without changing it, so that a
 -- replica can serve it: it is run with EVALSHA_RO, and the no-writes flag
 -- lets Redis 7 run it on a read-only replica. Its verdict is
--- throttler.Decide (throttler/algorithm.go) up to its first return, line for
+-- driver.Decide (throttler/driver/algorithm.go) up to its first return, line for
 -- line, for the request's cost; the helpers (common.lua) mirror the Go
 -- functions they are named after.
 --

@@ -1,7 +1,7 @@
 #!lua
 -- refund.lua gives back up to n units of one identifier's current windows,
--- atomically for the whole policy. refund below is throttler.Refund
--- (throttler/algorithm.go) line for line, and the helpers it calls
+-- atomically for the whole policy. refund below is driver.Refund
+-- (throttler/driver/algorithm.go) line for line, and the helpers it calls
 -- (common.lua) mirror the Go functions they are named after. Only the
 -- states the refund changed are written; the shebang works as in
 -- decide.lua.

@@ -25,9 +25,9 @@
 //
 // # Capabilities
 //
-// Backend has one method. Peeker, Refunder, Resetter, Pinger and Closer are
-// optional, found by type assertion; each documents what the throttler does
-// when it is missing.
+// Backend has one method. Peeker, Refunder, Resetter, Pinger, Nonblocking
+// and Closer are optional, found by type assertion; each documents what the
+// throttler does when it is missing.
 //
 // # Errors
 //

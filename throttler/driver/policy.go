@@ -79,8 +79,11 @@ type Limit struct {
 	EmissionMicros int64
 	// Key is the limit's storage identity: its escaped name, algorithm,
 	// window in milliseconds and, for GCRA, its capacity. Two limits whose
-	// keys differ never share stored state; raising Max keeps the key, so a
-	// raised limit applies to the current window at once.
+	// keys differ never share stored state. Raising Max keeps the key of a
+	// fixed window, so a raised limit applies to the current window at
+	// once; a GCRA limit's key holds its capacity (its burst, which is Max
+	// unless set), so a GCRA limit keeps its state across a change of Max
+	// only when its burst is set explicitly and unchanged.
 	Key string
 }
 
