@@ -3,6 +3,7 @@ package redisbackend_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttlekit/throttlekit/backend/breaker"
+	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
 	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
@@ -132,3 +134,64 @@ func TestBreakerStoreStoppedAndRestarted(t *testing.T) {
 }
 
 func errorsIsOpen(err error) bool { return errors.Is(err, breaker.ErrOpen) }
+
+// A 10 s outage of the store with FailLocal: the throttler decides in
+// process on this process's share of the policy (100/min over 4 processes:
+// 25), so an abusive identifier gets at most that share however hard it
+// pushes, and every other identifier passes. With the breaker open each of
+// those decisions costs microseconds. After the restart, decisions go to
+// the store again.
+func TestLocalFallbackDuringOutage(t *testing.T) {
+	ctx := context.Background()
+	server := ownRedis(t)
+	client := goredis.NewClient(&goredis.Options{Addr: server.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = client.Close() })
+	b := mustBackend(t, client, redisbackend.WithPrefix(newPrefix()), redisbackend.WithBreaker(breaker.WithLogger(nil)))
+	th := testkit.Throttler(t, b, throttler.WithLogger(nil), throttler.WithFailureMode(throttler.FailLocal),
+		throttler.WithLocalFallback(memorybackend.New(), 4))
+	// A window far longer than the test, so that the share is spent once.
+	p := mustPolicy(t, "fallback", "100/h")
+	r, err := th.Allow(ctx, p, "abuser")
+	require.NoError(t, err)
+	require.False(t, r.Degraded, "%v", r.Err)
+
+	server.Kill()
+	const outage = 10 * time.Second
+	start := time.Now()
+	abuserAllowed, abuserCalls, others, othersDenied, remote := 0, 0, 0, 0, 0
+	for time.Since(start) < outage && abuserCalls < 50_000 {
+		r, err := th.Allow(ctx, p, "abuser")
+		require.NoError(t, err)
+		abuserCalls++
+		if !r.Local {
+			remote++ // failures before the breaker opened were decided locally too
+		}
+		if r.Allowed {
+			abuserAllowed++
+		}
+		if abuserCalls%100 == 0 {
+			r, err := th.Allow(ctx, p, fmt.Sprintf("user:%d", others))
+			require.NoError(t, err)
+			others++
+			if !r.Allowed {
+				othersDenied++
+			}
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	t.Logf("outage of %v: the abuser made %d requests and was allowed %d (its share: 25 of 100/h over 4 processes); %d other identifiers, %d denied",
+		time.Since(start).Round(time.Millisecond), abuserCalls, abuserAllowed, others, othersDenied)
+	assert.Zero(t, remote, "every decision during the outage is local")
+	assert.Equal(t, 25, abuserAllowed, "the abuser gets this process's share and no more")
+	assert.Zero(t, othersDenied, "others pass")
+	assert.Positive(t, others)
+
+	require.NoError(t, server.Start())
+	var back bool
+	for deadline := time.Now().Add(recoveryBound); time.Now().Before(deadline) && !back; time.Sleep(5 * time.Millisecond) {
+		r, err := th.Allow(ctx, p, "after")
+		require.NoError(t, err)
+		back = !r.Degraded && !r.Local
+	}
+	assert.True(t, back, "decisions go to the store again after the restart")
+}
