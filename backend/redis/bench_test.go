@@ -31,7 +31,7 @@ func benchRedis(tb testing.TB) *localserver.Redis {
 // BenchmarkConformance runs the suite's benchmarks (1, 16 and 64
 // goroutines; one hot identifier, 10,000 identifiers, a three-limit policy,
 // peeks) on a local server through a plain client and through go-redis's
-// auto-pipeliner. Compare decisions/s between the two, not across machines.
+// auto-pipeliner, and with WithBatching. Compare decisions/s between the two, not across machines.
 func BenchmarkConformance(b *testing.B) {
 	// The plain client is configured as the package docs recommend:
 	// ContextTimeoutEnabled lets go-redis honour the per-call timeout on the
@@ -51,6 +51,15 @@ func BenchmarkConformance(b *testing.B) {
 			}))
 		})
 	}
+	b.Run("batched", func(b *testing.B) {
+		conformance.RunBenchmarks(b, harnessMaker(func(tb testing.TB) func() (redisbackend.Client, func() error) {
+			addr := benchRedis(tb).Addr()
+			return func() (redisbackend.Client, func() error) {
+				c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 64})
+				return c, c.Close
+			}
+		}, redisbackend.WithBatching(0)))
+	})
 	b.Run("autopipeline", func(b *testing.B) {
 		conformance.RunBenchmarks(b, harnessMaker(func(tb testing.TB) func() (redisbackend.Client, func() error) {
 			addr := benchRedis(tb).Addr()

@@ -164,6 +164,7 @@ func unreachable(err error) bool {
 type conn struct {
 	Client
 	detached bool
+	batch    *batcher // nil without WithBatching
 }
 
 func newConn(c Client) conn {
@@ -201,6 +202,8 @@ type config struct {
 	grace       time.Duration
 	breaker     bool
 	breakerOpts []breaker.Option
+	batching    bool
+	maxBatch    int
 }
 
 // WithPrefix sets the string every key starts with; the default is
@@ -249,6 +252,18 @@ func New(client Client, opts ...Option) (*Backend, error) {
 			return nil, fmt.Errorf("%w: nil read client", driver.ErrInvalidOption)
 		}
 		b.reader, b.ownReader = newConn(cfg.reader), true
+	}
+	if cfg.batching {
+		bt, err := newBatcher(b.client.Client, cfg.maxBatch, !b.client.detached)
+		if err != nil {
+			return nil, err
+		}
+		b.client.batch, b.reader.batch = bt, bt
+		if b.ownReader {
+			if b.reader.batch, err = newBatcher(b.reader.Client, cfg.maxBatch, !b.reader.detached); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if cfg.breaker {
 		set, err := breaker.NewSet(cfg.breakerOpts...)
@@ -390,12 +405,18 @@ func (b *Backend) runScript(ctx context.Context, c conn, script *goredis.Script,
 	}
 	keys := b.Keys(req.Policy, req.Identifier)
 	args := b.scriptArgs(req)
-	reply, err := await(ctx, c, func() (any, error) {
-		if readOnly {
-			return script.RunRO(ctx, c, keys, args...).Result()
-		}
-		return script.Run(ctx, c, keys, args...).Result()
-	})
+	var reply any
+	var err error
+	if c.batch != nil {
+		reply, err = c.batch.run(ctx, script, readOnly, keys, args)
+	} else {
+		reply, err = await(ctx, c, func() (any, error) {
+			if readOnly {
+				return script.RunRO(ctx, c, keys, args...).Result()
+			}
+			return script.Run(ctx, c, keys, args...).Result()
+		})
+	}
 	if err != nil {
 		b.noticeFailure(c, err)
 		return driver.Outcome{}, classify(err)

@@ -7,6 +7,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/throttlekit/throttlekit/backend/breaker"
 	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
 	"github.com/throttlekit/throttlekit/conformance"
 	"github.com/throttlekit/throttlekit/throttler/driver"
@@ -17,6 +18,7 @@ import (
 type harness struct {
 	prefix    string
 	newClient func() (redisbackend.Client, func() error)
+	opts      []redisbackend.Option
 
 	mu      sync.Mutex
 	closers []func() error
@@ -27,7 +29,7 @@ func (h *harness) MakeBackend(ctx context.Context) (driver.Backend, error) {
 	h.mu.Lock()
 	h.closers = append(h.closers, closeClient)
 	h.mu.Unlock()
-	return redisbackend.New(c, redisbackend.WithPrefix(h.prefix))
+	return redisbackend.New(c, append([]redisbackend.Option{redisbackend.WithPrefix(h.prefix)}, h.opts...)...)
 }
 
 func (h *harness) Close() {
@@ -39,9 +41,9 @@ func (h *harness) Close() {
 	h.closers = nil
 }
 
-func harnessMaker(newClient func(tb testing.TB) func() (redisbackend.Client, func() error)) conformance.HarnessMaker {
+func harnessMaker(newClient func(tb testing.TB) func() (redisbackend.Client, func() error), opts ...redisbackend.Option) conformance.HarnessMaker {
 	return func(ctx context.Context, tb testing.TB) (conformance.Harness, error) {
-		return &harness{prefix: newPrefix(), newClient: newClient(tb)}, nil
+		return &harness{prefix: newPrefix(), newClient: newClient(tb), opts: opts}, nil
 	}
 }
 
@@ -76,5 +78,23 @@ func TestConformance(t *testing.T) {
 				return ap, c.Close
 			}
 		}))
+	})
+	t.Run("batched", func(t *testing.T) {
+		conformance.Run(t, harnessMaker(func(tb testing.TB) func() (redisbackend.Client, func() error) {
+			addr := standalone(tb).primary.Addr()
+			return func() (redisbackend.Client, func() error) {
+				c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
+				return c, c.Close
+			}
+		}, redisbackend.WithBatching(0), redisbackend.WithBreaker(breaker.WithLogger(nil))))
+	})
+	t.Run("cluster-batched", func(t *testing.T) {
+		conformance.Run(t, harnessMaker(func(tb testing.TB) func() (redisbackend.Client, func() error) {
+			addrs := cluster(tb).Addrs()
+			return func() (redisbackend.Client, func() error) {
+				c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+				return c, c.Close
+			}
+		}, redisbackend.WithBatching(0), redisbackend.WithBreaker(breaker.WithLogger(nil))))
 	})
 }

@@ -1,0 +1,126 @@
+package redisbackend_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
+	"github.com/throttlekit/throttlekit/internal/testkit"
+	"github.com/throttlekit/throttlekit/throttler/driver"
+)
+
+// pipelineSizes is a go-redis hook that records the size of every
+// pipeline the client sends.
+type pipelineSizes struct {
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (h *pipelineSizes) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h *pipelineSizes) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return next
+}
+func (h *pipelineSizes) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		h.mu.Lock()
+		h.sizes = append(h.sizes, len(cmds))
+		h.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+func (h *pipelineSizes) get() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]int(nil), h.sizes...)
+}
+
+func TestWithBatchingRejectsBadOptions(t *testing.T) {
+	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = c.Close() })
+	_, err := redisbackend.New(c, redisbackend.WithBatching(-1))
+	assert.ErrorIs(t, err, driver.ErrInvalidOption)
+	ap, err := c.AutoPipeline()
+	require.NoError(t, err)
+	_, err = redisbackend.New(ap, redisbackend.WithBatching(0))
+	assert.ErrorIs(t, err, driver.ErrInvalidOption)
+}
+
+// Decisions that arrive while a round trip is in flight go out together
+// in the next one, and a batch fails only its own failing decisions: one
+// whose key holds a foreign value gets ErrForeignValue, one whose deadline
+// passes while it waits gets context.DeadlineExceeded, and every other
+// decision of the batch is decided normally. The script cache was flushed
+// before, so the batch also meets NOSCRIPT and recovers from it.
+func TestBatchFailsOnlyItsFailingDecisions(t *testing.T) {
+	ctx := context.Background()
+	server := ownRedis(t)
+	client := goredis.NewClient(&goredis.Options{Addr: server.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = client.Close() })
+	sizes := &pipelineSizes{}
+	client.AddHook(sizes)
+	b := mustBackend(t, client, redisbackend.WithPrefix(newPrefix()), redisbackend.WithBatching(0))
+	p := testkit.Compiled(t, "batch", "5/min, 50/h")
+	req := func(id string) driver.Request {
+		return driver.Request{Policy: p, Identifier: id, Cost: 1, Now: t0}
+	}
+	_, err := b.Decide(ctx, req("warm-up"))
+	require.NoError(t, err)
+	admin := newClient(t, server.Addr())
+	require.NoError(t, admin.ScriptFlush(ctx).Err())
+	require.NoError(t, admin.Set(ctx, b.Keys(p, "foreign")[1], "junk", time.Minute).Err())
+
+	// The server holds every command for 300 ms: the first call goes out
+	// alone and waits; the rest queue behind it.
+	require.NoError(t, admin.Do(ctx, "CLIENT", "PAUSE", 300, "ALL").Err())
+	first := make(chan error, 1)
+	go func() {
+		_, err := b.Peek(ctx, driver.Request{Policy: p, Identifier: "first", Now: t0})
+		first <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+
+	const n = 20
+	var wg sync.WaitGroup
+	var normal atomic.Int64
+	errs := make(map[string]error)
+	var mu sync.Mutex
+	call := func(id string, timeout time.Duration) {
+		defer wg.Done()
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		out, err := b.Decide(ctx, req(id))
+		mu.Lock()
+		errs[id] = err
+		mu.Unlock()
+		if err == nil && out.Allowed && out.States[0].Used == 1 {
+			normal.Add(1)
+		}
+	}
+	wg.Add(n + 2)
+	go call("foreign", 5*time.Second)
+	go call("hurried", 100*time.Millisecond) // ends while the server is paused
+	for i := range n {
+		go call(fmt.Sprintf("user:%d", i), 5*time.Second)
+	}
+	wg.Wait()
+	require.NoError(t, <-first)
+
+	assert.ErrorIs(t, errs["foreign"], redisbackend.ErrForeignValue)
+	assert.ErrorIs(t, errs["hurried"], context.DeadlineExceeded)
+	assert.EqualValues(t, n, normal.Load(), "every other decision of the batch is decided normally: %v", errs)
+	largest := 0
+	for _, s := range sizes.get() {
+		largest = max(largest, s)
+	}
+	t.Logf("pipelines sent: %v", sizes.get())
+	assert.GreaterOrEqual(t, largest, n, "the queued decisions went out together")
+}
