@@ -9,6 +9,7 @@ import (
 	"net"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -119,6 +120,9 @@ type Backend struct {
 	prefix    string
 	// graceMs is the expiry grace in milliseconds, boxed once for ARGV.
 	graceMs any
+	// argsCache maps a *driver.Policy to its limits' script arguments.
+	argsCache  sync.Map
+	argsCached atomic.Int64
 	// breakers holds the circuit breakers of WithBreaker, nil without it.
 	breakers *breaker.Set
 	// reloaded is when a failure last asked a Cluster client to reload its
@@ -427,10 +431,27 @@ func (b *Backend) runScript(ctx context.Context, c conn, script *goredis.Script,
 // scriptArgs builds ARGV as the scripts read it: now in milliseconds and
 // microseconds, the cost, the expiry grace, then each limit's algorithm,
 // Max, window in milliseconds and Burst.
+//
+// The limits' part is built once per policy and kept (the throttler makes
+// one compiled policy per user policy, once, and never changes it), so a
+// call boxes only its own three numbers.
 func (b *Backend) scriptArgs(req driver.Request) []any {
 	p := req.Policy
-	args := make([]any, 0, 4+4*len(p.Limits))
-	args = append(args, req.Now.UnixMilli(), req.Now.UnixMicro(), req.Cost, b.graceMs)
+	limitArgs := b.limitArgs(p)
+	args := make([]any, 4, 4+len(limitArgs))
+	args[0], args[1], args[2], args[3] = req.Now.UnixMilli(), req.Now.UnixMicro(), req.Cost, b.graceMs
+	return append(args, limitArgs...)
+}
+
+// limitArgs returns each limit's algorithm, Max, window in milliseconds and
+// burst, boxed, from the cache or built and cached. The cache holds policies
+// by pointer, up to argsCacheMax of them: a program that makes policies on
+// the fly gets its arguments built per call past that, never a leak.
+func (b *Backend) limitArgs(p *driver.Policy) []any {
+	if v, ok := b.argsCache.Load(p); ok {
+		return v.([]any)
+	}
+	args := make([]any, 0, 4*len(p.Limits))
 	for i := range len(p.Limits) {
 		l := p.Limits[i]
 		burst := int64(0) // the scripts read 0 as Max
@@ -439,8 +460,16 @@ func (b *Backend) scriptArgs(req driver.Request) []any {
 		}
 		args = append(args, int64(l.Algorithm), l.Max, l.WindowMillis, burst)
 	}
+	if b.argsCached.Load() < argsCacheMax {
+		if _, loaded := b.argsCache.LoadOrStore(p, args); !loaded {
+			b.argsCached.Add(1)
+		}
+	}
 	return args
 }
+
+// argsCacheMax bounds the policies whose script arguments a Backend keeps.
+const argsCacheMax = 4096
 
 // checkInput repeats the throttler's checks for callers that use the
 // backend directly, so that no input reaches Redis malformed.
