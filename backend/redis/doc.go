@@ -167,9 +167,43 @@
 // most every 100 ms, so decisions for the dead primary's identifiers are
 // degraded (their failure mode applies) until the promotion and decided
 // normally again within one reload of it:
-// TestClusterPrimaryKillRecoversAfterPromotion measured 55 ms. Nothing needs
-// configuring for this; the promotion itself is what a lower
-// cluster-node-timeout shortens.
+// TestClusterPrimaryKillRecoversAfterPromotion measured 55 ms to 90 ms.
+// Nothing needs configuring for this; the promotion itself is what a lower
+// cluster-node-timeout shortens. go-redis's own periodic reload
+// (ClusterOptions.ClusterStateReloadInterval, 60 s by default) then only
+// matters for topology changes no call notices, such as a node added
+// without traffic; 10 s to 30 s is a reasonable setting where a cluster
+// changes often, and the default is fine otherwise.
+//
+// Run a Cluster that limits with cluster-require-full-coverage no: with the
+// default (yes), every node answers CLUSTERDOWN from the moment a dead
+// primary is marked failed until its replica takes over (about 4 s with a
+// 5 s node timeout, in the test above), so the identifiers of the live
+// primaries are degraded too. With no, they are decided normally
+// throughout (the test asserts 0 degraded among 270 decisions).
+//
+// # Circuit breakers
+//
+// WithBreaker gives each server a circuit breaker (package breaker): per
+// node of a Cluster, per server of a standalone or Sentinel client, per
+// primary and replica of each redisgroups group. After 5 consecutive
+// failures a breaker opens and answers its server's calls at once with
+// breaker.ErrOpen, and the throttler applies the failure mode: a decision
+// costs about 25 µs instead of the per-call timeout (100 ms by default) while
+// the server is down or hung (TestBreakerStoreStoppedAndRestarted). Every
+// 500 ms it lets one probe through, so a server that returns is used again
+// within one probe period (measured: 15 ms after a pause ended, 90 ms after a
+// restart). The logs show one line when a breaker opens, one when it
+// closes, and a count every 10 s while it stays open; the throttler's own
+// log does the same for the outage as a whole (throttler.WithLogger).
+//
+// # Batching
+//
+// WithBatching sends the calls that arrive while a round trip is in flight
+// together, as one pipeline: one write and one read on the connection for
+// many decisions. A call that finds nothing in flight goes out at once, so
+// a single caller sees no difference. Every call keeps its own deadline,
+// and a failing call (a foreign value, a missed deadline) fails alone.
 //
 // # Failures
 //
