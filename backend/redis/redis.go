@@ -411,21 +411,61 @@ func (b *Backend) runScript(ctx context.Context, c conn, script *goredis.Script,
 	args := b.scriptArgs(req)
 	var reply any
 	var err error
-	if c.batch != nil {
-		reply, err = c.batch.run(ctx, script, readOnly, keys, args)
-	} else {
-		reply, err = await(ctx, c, func() (any, error) {
-			if readOnly {
-				return script.RunRO(ctx, c, keys, args...).Result()
-			}
-			return script.Run(ctx, c, keys, args...).Result()
-		})
+	for backoff := tryAgainFirstBackoff; ; backoff = min(2*backoff, tryAgainMaxBackoff) {
+		if c.batch != nil {
+			reply, err = c.batch.run(ctx, script, readOnly, keys, args)
+		} else {
+			reply, err = await(ctx, c, func() (any, error) {
+				if readOnly {
+					return script.RunRO(ctx, c, keys, args...).Result()
+				}
+				return script.Run(ctx, c, keys, args...).Result()
+			})
+		}
+		if err == nil || !migrating(err) || !sleepCtx(ctx, backoff) {
+			break
+		}
 	}
 	if err != nil {
 		b.noticeFailure(c, err)
 		return driver.Outcome{}, classify(err)
 	}
 	return parseReply(reply, len(keys))
+}
+
+// While a Cluster slot migrates, a script whose keys are split between the
+// source and the target (MIGRATE moved some of them, not yet the others)
+// gets TRYAGAIN (or, once go-redis has spent its redirects between the two
+// nodes, the last ASK). The split lasts until the resharding tool's next MIGRATE,
+// normally well under a millisecond, so the call is retried after a short
+// pause, again and again while its context allows, instead of failing.
+const (
+	tryAgainFirstBackoff = time.Millisecond
+	tryAgainMaxBackoff   = 20 * time.Millisecond
+)
+
+// migrating reports the replies of a slot on the move that go-redis
+// passes on once its own redirects are spent: TRYAGAIN, and an ASK or MOVED
+// it could not follow to the end.
+func migrating(err error) bool {
+	return goredis.HasErrorPrefix(err, "TRYAGAIN") || goredis.HasErrorPrefix(err, "ASK") ||
+		goredis.HasErrorPrefix(err, "MOVED")
+}
+
+// sleepCtx sleeps for d, or less if ctx ends first, and reports whether the
+// caller may go on: false when ctx would end within d.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= d {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // scriptArgs builds ARGV as the scripts read it: now in milliseconds and
