@@ -219,6 +219,35 @@
 // a single caller sees no difference. Every call keeps its own deadline,
 // and a failing call (a foreign value, a missed deadline) fails alone.
 //
+// # What Redis can lose
+//
+// The backend decides exactly as long as Redis keeps what it wrote. Three
+// ways Redis does not, each measured by a test in this package:
+//
+//   - Eviction. Run Redis with maxmemory-policy noeviction. With any other
+//     policy a full Redis evicts live windows (volatile-* policies too, since
+//     every key here has an expiry), and an identifier that had spent its
+//     quota is admitted again: in TestEvictionPolicy, with 2 MB and
+//     allkeys-lru, 6,513 new identifiers were enough to evict a spent
+//     window, which then admitted its owner. With noeviction the decisions
+//     that need new memory fail instead (OOM, after about 4,100 new
+//     identifiers there) and follow their failure mode, while spent quotas
+//     stay spent. The first successful Ping reads the policy and logs a
+//     warning unless it is noeviction; MaxmemoryPolicy returns it.
+//   - Failover from a lagging replica. Replication is asynchronous: a
+//     replica promoted after its primary died has only what it had
+//     received. In TestLaggingReplicaFailoverLosesUnreplicatedUnits,
+//     replication is cut after 100 units and the primary takes 50 more
+//     before it is killed: the promoted replica counts 100 of the 150, so
+//     those 50 are admitted again within their windows. WAIT or
+//     min-replicas-to-write narrow the gap at a cost in latency; the
+//     backend uses neither.
+//   - Restart without persistence. Without RDB snapshots or an AOF, a
+//     restarted server is empty and every window starts over
+//     (TestRestartWithoutPersistenceResetsEveryWindow: 0 of 40 units remain
+//     in 10 windows). With appendonly yes and appendfsync everysec, at most
+//     about a second of decisions is lost.
+//
 // # Failures
 //
 // A network failure, a timeout, a foreign value or a reply of the wrong

@@ -120,6 +120,8 @@ type Backend struct {
 	prefix    string
 	// graceMs is the expiry grace in milliseconds, boxed once for ARGV.
 	graceMs any
+	// evictionOnce guards the eviction-policy check of the first Ping.
+	evictionOnce sync.Once
 	// argsCache maps a *driver.Policy to its limits' script arguments.
 	argsCache  sync.Map
 	argsCached atomic.Int64
@@ -371,7 +373,9 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 
 // Ping implements driver.Pinger. It pings the main client and, when
 // WithReadClient set one, the read client. A cluster client is pinged on
-// every primary, since any of them may hold an identifier's slot.
+// every primary, since any of them may hold an identifier's slot. The first
+// Ping that succeeds also reads the server's maxmemory-policy and, unless it
+// is noeviction, logs a warning to slog.Default() (see MaxmemoryPolicy).
 func (b *Backend) Ping(ctx context.Context) error {
 	if err := b.ready(); err != nil {
 		return err
@@ -379,6 +383,7 @@ func (b *Backend) Ping(ctx context.Context) error {
 	if err := ping(ctx, b.client); err != nil {
 		return err
 	}
+	b.warnEviction(ctx)
 	if b.ownReader {
 		if err := ping(ctx, b.reader); err != nil {
 			return fmt.Errorf("read client: %w", err)
