@@ -4,15 +4,19 @@ export PATH := $(PATH):/usr/local/go/bin
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 10s
 
-.PHONY: test test-short lint vet fuzz demo demo-embedded servers bench
+.PHONY: test test-short test-unleash lint vet fuzz demo demo-embedded servers unleash bench
 
-## test: lint, then every test under the race detector, with real Redis and memcached servers (what CI runs)
-test: servers lint
+## test: lint, then every test under the race detector, with real Redis, memcached and Unleash servers (what CI runs)
+test: servers unleash lint
 	$(GO) test -race -count=1 -timeout 30m ./...
 
 ## test-short: unit tests only, no servers (under a minute)
 test-short:
 	$(GO) test -short -race -count=1 ./...
+
+## test-unleash: the rollout tests alone, the real Unleash server (PostgreSQL 15, unleash-server on Node 20) included
+test-unleash: unleash
+	$(GO) test -race -count=1 -run 'Unleash' -v ./rollout/... ./internal/localserver/
 
 ## lint: gofmt, go vet, staticcheck (pinned) and go mod tidy -diff
 lint: vet
@@ -45,6 +49,10 @@ demo-embedded:
 ## servers: install redis-server, redis-cli and memcached when missing
 servers:
 	./scripts/install-servers.sh
+
+## unleash: install PostgreSQL 15 and the pinned unleash-server npm package when missing
+unleash:
+	./scripts/install-unleash.sh
 
 ## bench: every benchmark, once (compare ratios within one run: the machine is shared)
 bench: servers

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/throttlekit/throttlekit/rollout/unleashflag"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/throttlekit/throttlekit/rollout/unleashflag"
 
 	"github.com/Unleash/unleash-client-go/v4"
 	"github.com/throttlekit/throttlekit/rollout"
@@ -279,14 +280,14 @@ func openFlagSource(ctx context.Context, cfg Config, out io.Writer) (flagSource,
 	}
 	var lastErr atomic.Pointer[error]
 	opts := []unleash.ConfigOption{
-		unleash.WithUrl(apiURL),
-		unleash.WithAppName("throttlekit-migrate-demo"),
 		unleash.WithRefreshInterval(time.Second),
 	}
 	if cfg.UnleashToken != "" {
 		opts = append(opts, unleash.WithCustomHeaders(http.Header{"Authorization": {cfg.UnleashToken}}))
 	}
-	s, err := unleashflag.New(cfg.UnleashFeature, unleashflag.WithClientOptions(opts...),
+	s, err := unleashflag.New(cfg.UnleashFeature,
+		unleashflag.WithServer(apiURL, "throttlekit-migrate-demo"),
+		unleashflag.WithClientOptions(opts...),
 		unleashflag.WithErrorHandler(func(err error) { lastErr.Store(&err) }))
 	if err != nil {
 		return flagSource{}, fmt.Errorf("unleash: %w", err)

@@ -26,22 +26,19 @@ import (
 )
 
 func main() {
+	// New fails fast, with a clear error, when Unleash refuses the token or
+	// does not answer within 10 s; WithUsageMetrics keeps the toggle from
+	// looking unused in Unleash's UI.
 	flag, err := unleashflag.New(cmp.Or(os.Getenv("UNLEASH_FEATURE"), "ratelimit-redis"),
+		unleashflag.WithServer(cmp.Or(os.Getenv("UNLEASH_URL"), "http://127.0.0.1:4242/api/"), "my-api"),
 		unleashflag.WithClientOptions(
-			unleash.WithUrl(cmp.Or(os.Getenv("UNLEASH_URL"), "http://127.0.0.1:4242/api/")),
-			unleash.WithAppName("my-api"),
-			unleash.WithCustomHeaders(http.Header{"Authorization": {os.Getenv("UNLEASH_TOKEN")}}),
-		))
+			unleash.WithCustomHeaders(http.Header{"Authorization": {os.Getenv("UNLEASH_TOKEN")}})),
+		unleashflag.WithWaitForFirstFetch(10*time.Second),
+		unleashflag.WithUsageMetrics())
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer flag.Close()
-	// Until Unleash first answers, every identifier stays on the old store.
-	for deadline := time.Now().Add(10 * time.Second); flag.Split() == nil; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			log.Fatalf("no answer from Unleash: %+v", flag.Status())
-		}
-	}
 
 	mc, err := memcachedbackend.NewClient(100*time.Millisecond,
 		strings.Split(cmp.Or(os.Getenv("MEMCACHED_ADDRS"), "127.0.0.1:11211"), ",")...)

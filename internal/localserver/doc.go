@@ -1,7 +1,9 @@
 // Package localserver starts and stops real redis-server and memcached
 // processes on free loopback ports, for integration tests and for demo
-// programs. It never fakes a server: every helper launches the actual binary
-// and talks to it over 127.0.0.1.
+// programs, and a real Unleash server (the unleash-server npm package on
+// Node.js, with a PostgreSQL cluster of its own: [StartUnleash]). It never
+// fakes a server: every helper launches the actual binary and talks to it
+// over 127.0.0.1.
 //
 // # Binaries
 //

@@ -55,6 +55,9 @@ type process struct {
 	// killOnClose makes close use SIGKILL instead of a graceful stop, for
 	// servers with nothing to flush whose graceful stop is slow.
 	killOnClose bool
+	// user, when set, is the account the process runs as (PostgreSQL
+	// refuses to run as root).
+	user *account
 
 	mu     sync.Mutex
 	cur    *run // nil when stopped
@@ -116,6 +119,9 @@ func (p *process) launch() (*run, error) {
 	cmd.Stdout = out
 	cmd.Stderr = out
 	setProcAttr(cmd)
+	if p.user != nil {
+		setUser(cmd, p.user)
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("localserver: starting %s: %w", p.name, err)
 	}

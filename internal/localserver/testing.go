@@ -115,3 +115,19 @@ func closeT(tb testing.TB, closeFn func() error) {
 		tb.Errorf("localserver cleanup: %v", err)
 	}
 }
+
+// UnleashT starts an Unleash server with its database for a test (see
+// [StartUnleash]) and closes both when the test ends. A missing node,
+// PostgreSQL or unleash-server package skips the test, or fails it when
+// [RequireServers] is true; other errors fail it.
+func UnleashT(tb testing.TB) *Unleash {
+	tb.Helper()
+	SkipIfShort(tb)
+	u, err := StartUnleash()
+	if err != nil {
+		failStart(tb, "starting unleash-server", err)
+		return nil
+	}
+	tb.Cleanup(func() { _ = u.Close() })
+	return u
+}

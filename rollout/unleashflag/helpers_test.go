@@ -131,9 +131,7 @@ func (f *flagServer) serveFeatures(w http.ResponseWriter, r *http.Request) {
 // ends.
 func newTestSource(t testing.TB, f *flagServer, opts ...Option) *Source {
 	t.Helper()
-	opts = append([]Option{WithClientOptions(
-		unleash.WithUrl(f.srv.URL+"/api/"),
-		unleash.WithAppName("rollout-test"),
+	opts = append([]Option{WithServer(f.srv.URL+"/api/", "rollout-test"), WithClientOptions(
 		unleash.WithInstanceId("rollout-test-1"),
 		unleash.WithRefreshInterval(refreshInterval),
 	)}, opts...)

@@ -1,17 +1,21 @@
 package unleashflag
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/Unleash/unleash-client-go/v4"
 	"github.com/Unleash/unleash-client-go/v4/api"
+	unleashctx "github.com/Unleash/unleash-client-go/v4/context"
 
 	"github.com/throttlekit/throttlekit/rollout"
 	"github.com/throttlekit/throttlekit/throttler/driver"
@@ -58,10 +62,20 @@ var ErrUnsupportedToggle = errors.New("unleashflag: toggle is not a sticky perce
 // monotonicity, so a toggle with another one is rejected.
 //
 // Until the first successful fetch Split returns nil, and the Backend uses
-// its default side. When the server cannot be reached, the client keeps its
-// last fetched set and the source its last split. The source does not read
-// or write the client's backup file: a restarted process starts from the
-// default until the server answers.
+// its default side; WithWaitForFirstFetch makes New wait for that fetch
+// and fail clearly when the server refuses the client or does not answer.
+// When the server cannot be reached later, the client keeps its last
+// fetched set and the source its last split, and Ping reports the failure.
+// The source does not read or write the client's backup file: a restarted
+// process starts from the default until the server answers.
+//
+// Identifiers outside ASCII: the split hashes the identifier's bytes as the
+// Go client does (MurmurHash3 of "groupId:identifier" in UTF-8). Unleash's
+// own evaluator in Node.js, which its UI and its playground use, has hashed
+// strings with characters outside ASCII differently in some versions, so
+// for such identifiers what the playground shows may differ from what the
+// Go client, and so this source, decides. The Go client is the one that
+// decides here; compare with it, not with the playground.
 type Source struct {
 	feature   string
 	groupID   string
@@ -74,6 +88,20 @@ type Source struct {
 	lastErr   atomic.Pointer[error]
 	lastSplit atomic.Int64 // Unix nanoseconds of the last published split
 	closeOnce sync.Once
+
+	// fetch is the state of the latest request for the toggles, recorded
+	// by the HTTP transport: see Ping.
+	fetch      atomic.Pointer[fetchResult]
+	firstFetch chan struct{} // closed by the first answered request
+	firstOnce  sync.Once
+	stop       chan struct{} // closed by Close; ends the usage reporter
+}
+
+// fetchResult is what the latest request for the toggles got.
+type fetchResult struct {
+	at     time.Time
+	status int   // the HTTP status, 0 when there was no answer
+	err    error // the transport's error, without the URL's credentials
 }
 
 // DefaultHTTPTimeout bounds each request of the Unleash client unless
@@ -85,22 +113,85 @@ const DefaultHTTPTimeout = 10 * time.Second
 type Option func(*config)
 
 type config struct {
-	groupID string
-	onError func(error)
-	client  []unleash.ConfigOption
+	groupID    string
+	onError    func(error)
+	client     []unleash.ConfigOption
+	url        string
+	appName    string
+	serverSet  bool
+	httpClient *http.Client
+	wait       time.Duration
+	usage      bool
 }
 
-// WithClientOptions passes options to the Unleash client: at least
-// unleash.WithUrl and unleash.WithAppName, usually
-// unleash.WithRefreshInterval and authorisation headers.
+// WithServer names the Unleash server and this application: apiURL is the
+// server's API root, ending in /api (as in http://unleash:4242/api), and
+// appName is how Unleash lists this application. It is required. New
+// checks both before it starts anything, so a bad value costs nothing but
+// an error wrapping driver.ErrInvalidOption; in particular a URL without
+// /api, which the client would accept and then only ever get 404s from.
+// These override unleash.WithUrl and unleash.WithAppName.
+func WithServer(apiURL, appName string) Option {
+	return func(c *config) { c.url, c.appName, c.serverSet = apiURL, appName, true }
+}
+
+// WithHTTPClient sets the HTTP client the Unleash client uses (one with a
+// timeout of DefaultHTTPTimeout unless set). The source wraps its
+// transport to see every answer to a fetch, for Ping; pass the HTTP client
+// here rather than with unleash.WithHttpClient, which this overrides.
+func WithHTTPClient(c *http.Client) Option {
+	return func(cfg *config) { cfg.httpClient = c }
+}
+
+// WithWaitForFirstFetch makes New wait, up to timeout, for the first answer
+// of the server. New then fails fast and clearly instead of routing
+// everyone to the default side in silence: with an error wrapping
+// ErrRefused when the server refuses the token or does not know the path
+// (HTTP 401, 403 or 404), or ErrNotReady when it cannot be reached or has
+// not answered within timeout. The client is stopped before New returns
+// the error. Without this option New returns at once and the first fetch
+// happens in the background.
+func WithWaitForFirstFetch(timeout time.Duration) Option {
+	return func(c *config) { c.wait = timeout }
+}
+
+// WithUsageMetrics reports the toggle's use to Unleash, so that the toggle
+// does not look unused in Unleash's UI (an unused toggle invites archiving,
+// and an archived toggle is a kill switch). The source never evaluates the
+// toggle on the request path; with this option it evaluates it once every
+// UsageInterval off that path, and the client sends its usual metrics
+// (registration at start, counts every metrics interval).
+func WithUsageMetrics() Option {
+	return func(c *config) { c.usage = true }
+}
+
+// UsageInterval is how often a source with WithUsageMetrics evaluates its
+// toggle for the client's metrics.
+const UsageInterval = 10 * time.Second
+
+// Errors of a source that cannot follow its toggle.
+var (
+	// ErrRefused reports that the server answered a fetch of the toggles
+	// with 401, 403 or 404: a token it refuses, or a URL that is not its
+	// API root. The client backs off to its longest interval after one.
+	ErrRefused = errors.New("unleashflag: unleash server refused the client")
+	// ErrNotReady reports a source that has had no answer from its server:
+	// not yet (WithWaitForFirstFetch timed out), or not at its latest
+	// attempt (Ping).
+	ErrNotReady = errors.New("unleashflag: no answer from the unleash server")
+)
+
+// WithClientOptions passes options to the Unleash client, usually
+// unleash.WithRefreshInterval and the authorisation header
+// (unleash.WithCustomHeaders).
 //
-// The source sets two defaults these may override: metrics are disabled
-// (unleash.WithDisableMetrics(true)), since the source never calls
-// IsEnabled and has no usage to report, which also spares New
-// the client's synchronous registration request; and the HTTP client times
-// out after DefaultHTTPTimeout. It installs its own storage
-// (unleash.WithStorage) and listener (unleash.WithListener), which cannot be
-// overridden; use WithErrorHandler to see the client's errors.
+// The source disables the client's metrics unless WithUsageMetrics is
+// given, since it never calls IsEnabled on its own and so has no usage to
+// report (which also spares New the client's synchronous registration
+// request). It sets the URL and application name (WithServer), the HTTP
+// client (WithHTTPClient), its own storage (unleash.WithStorage) and
+// listener (unleash.WithListener); those cannot be overridden here. Use
+// WithErrorHandler to see the client's errors.
 func WithClientOptions(opts ...unleash.ConfigOption) Option {
 	return func(c *config) { c.client = append(c.client, opts...) }
 }
@@ -120,33 +211,197 @@ func WithErrorHandler(f func(error)) Option {
 	return func(c *config) { c.onError = f }
 }
 
-// New starts an Unleash client and returns a source that follows
-// the toggle named feature. Close it to stop the client. The error wraps
-// driver.ErrInvalidOption, or is the client's.
+// New checks its options, starts an Unleash client and returns a source
+// that follows the toggle named feature. Close it to stop the client.
+// Nothing is started when New returns an error: a bad option wraps
+// driver.ErrInvalidOption; with WithWaitForFirstFetch, a server that
+// refuses the client gives ErrRefused and one that does not answer
+// ErrNotReady.
 func New(feature string, opts ...Option) (*Source, error) {
 	if feature == "" {
 		return nil, fmt.Errorf("%w: empty feature name", driver.ErrInvalidOption)
 	}
 	cfg := config{groupID: feature}
 	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil unleashflag option", driver.ErrInvalidOption)
+		}
 		opt(&cfg)
 	}
-	s := &Source{feature: feature, groupID: cfg.groupID, onError: cfg.onError}
-	// Defaults first, so that the caller's options override them; the
-	// storage and listener last, because the source needs its own.
-	clientOpts := []unleash.ConfigOption{
-		unleash.WithDisableMetrics(true),
-		unleash.WithHttpClient(&http.Client{Timeout: DefaultHTTPTimeout}),
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
-	clientOpts = append(append(clientOpts, cfg.client...),
+	s := &Source{feature: feature, groupID: cfg.groupID, onError: cfg.onError,
+		firstFetch: make(chan struct{}), stop: make(chan struct{})}
+	hc := &http.Client{Timeout: DefaultHTTPTimeout}
+	if cfg.httpClient != nil {
+		c := *cfg.httpClient
+		hc = &c
+	}
+	base := hc.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	hc.Transport = &recorder{base: base, source: s}
+	// The caller's options first, so that what the source needs wins.
+	clientOpts := append([]unleash.ConfigOption{unleash.WithDisableMetrics(!cfg.usage)}, cfg.client...)
+	clientOpts = append(clientOpts,
+		unleash.WithUrl(cfg.url),
+		unleash.WithAppName(cfg.appName),
+		unleash.WithHttpClient(hc),
 		unleash.WithStorage(&toggleStorage{source: s}),
 		unleash.WithListener(listener{source: s}))
+	if cfg.usage {
+		clientOpts = append(clientOpts, unleash.WithDisableMetrics(false))
+	}
 	client, err := unleash.NewClient(clientOpts...)
 	if err != nil {
+		// Not reached with checked options: the client fails only on a
+		// missing URL or application name, or a URL it cannot parse.
 		return nil, fmt.Errorf("unleashflag: unleash client: %w", err)
 	}
 	s.client = client
+	if cfg.wait > 0 {
+		if err := s.waitFirstFetch(cfg.wait); err != nil {
+			_ = s.Close()
+			return nil, err
+		}
+	}
+	if cfg.usage {
+		go s.reportUsage()
+	}
 	return s, nil
+}
+
+// check validates the options before anything starts.
+func (c *config) check() error {
+	if !c.serverSet {
+		return fmt.Errorf("%w: unleashflag.New needs WithServer(apiURL, appName)", driver.ErrInvalidOption)
+	}
+	if c.appName == "" {
+		return fmt.Errorf("%w: empty Unleash application name", driver.ErrInvalidOption)
+	}
+	if c.wait < 0 {
+		return fmt.Errorf("%w: WithWaitForFirstFetch(%v) is negative", driver.ErrInvalidOption, c.wait)
+	}
+	u, err := url.Parse(c.url)
+	if err != nil {
+		// url.Error quotes the whole URL, credentials included: say less.
+		return fmt.Errorf("%w: Unleash URL does not parse", driver.ErrInvalidOption)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("%w: Unleash URL %s: scheme must be http or https", driver.ErrInvalidOption, u.Redacted())
+	case u.Host == "":
+		return fmt.Errorf("%w: Unleash URL %s has no host", driver.ErrInvalidOption, u.Redacted())
+	case !strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/api"):
+		return fmt.Errorf("%w: Unleash URL %s does not end in /api: the client would fetch %s/client/features and get 404",
+			driver.ErrInvalidOption, u.Redacted(), strings.TrimSuffix(u.Redacted(), "/"))
+	}
+	return nil
+}
+
+// waitFirstFetch waits for the first answer to a fetch, up to timeout.
+func (s *Source) waitFirstFetch(timeout time.Duration) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-s.firstFetch:
+	case <-t.C:
+		return fmt.Errorf("%w within %v: %v", ErrNotReady, timeout, s.fetchError())
+	}
+	if err := s.fetchError(); err != nil {
+		return err
+	}
+	// The answer was a 200: the storage has the toggles once the client
+	// has stored them, an instant after the response.
+	for deadline := time.Now().Add(timeout); s.split.Load() == nil; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w within %v: the toggles were fetched but not stored", ErrNotReady, timeout)
+		}
+		if err := s.lastErr.Load(); err != nil {
+			return *err // the toggle was rejected (ErrUnsupportedToggle)
+		}
+	}
+	return nil
+}
+
+// fetchError describes the latest fetch, nil when it was answered with
+// 200 or 304.
+func (s *Source) fetchError() error {
+	f := s.fetch.Load()
+	switch {
+	case f == nil:
+		return fmt.Errorf("%w: no fetch yet", ErrNotReady)
+	case f.status == http.StatusOK || f.status == http.StatusNotModified:
+		return nil
+	case f.status == http.StatusUnauthorized || f.status == http.StatusForbidden || f.status == http.StatusNotFound:
+		return fmt.Errorf("%w: HTTP %d at %s (a token the server refuses, or a URL that is not its API root)",
+			ErrRefused, f.status, f.at.Format(time.RFC3339))
+	case f.status != 0:
+		return fmt.Errorf("%w: HTTP %d at %s", ErrNotReady, f.status, f.at.Format(time.RFC3339))
+	}
+	return fmt.Errorf("%w: %v at %s", ErrNotReady, f.err, f.at.Format(time.RFC3339))
+}
+
+// Ping reports the source's health, for health checks and rollout.Backend's
+// Ping: nil when the latest fetch of the toggles was answered (200 or 304),
+// an error wrapping ErrRefused or ErrNotReady otherwise. The split in force
+// stays whatever it was (see Split). The error never holds the token.
+func (s *Source) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.fetchError()
+}
+
+// reportUsage evaluates the toggle every UsageInterval, off the request
+// path, so that the client's metrics report it as used.
+func (s *Source) reportUsage() {
+	t := time.NewTicker(UsageInterval)
+	defer t.Stop()
+	for {
+		s.client.IsEnabled(s.feature, unleash.WithContext(unleashctx.Context{UserId: "throttlekit"}))
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// recorder is the HTTP transport of the Unleash client: it passes requests
+// on and records the outcome of each fetch of the toggles.
+type recorder struct {
+	base   http.RoundTripper
+	source *Source
+}
+
+// RoundTrip implements http.RoundTripper.
+func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := r.base.RoundTrip(req)
+	if strings.HasSuffix(req.URL.Path, "/client/features") {
+		f := &fetchResult{at: time.Now()}
+		if err != nil {
+			f.err = errors.New("no answer (" + redactedCause(err) + ")")
+		} else {
+			f.status = resp.StatusCode
+		}
+		s := r.source
+		s.fetch.Store(f)
+		s.firstOnce.Do(func() { close(s.firstFetch) })
+	}
+	return resp, err
+}
+
+// redactedCause is a transport error without the URL (which url.Error
+// quotes, credentials included).
+func redactedCause(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return err.Error()
 }
 
 // Split returns the split read from the last fetched toggle, or nil before
@@ -160,7 +415,10 @@ func (s *Source) Client() *unleash.Client { return s.client }
 // Close stops the client. It is safe to call more than once.
 func (s *Source) Close() error {
 	var err error
-	s.closeOnce.Do(func() { err = s.client.Close() })
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		err = s.client.Close()
+	})
 	return err
 }
 

@@ -3,6 +3,10 @@ package unleashflag
 import (
 	"context"
 	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -384,9 +388,92 @@ func TestUnleashWithMetrics(t *testing.T) {
 	assert.EqualValues(t, 1, flags.registers.Load())
 }
 
+// Bad options are errors that name the problem, before anything starts: no
+// goroutine is left behind, and no part of a password in the URL shows.
 func TestNewUnleashSourceErrors(t *testing.T) {
-	_, err := New("")
-	assert.ErrorIs(t, err, driver.ErrInvalidOption)
+	before := runtime.NumGoroutine()
+	for name, tc := range map[string]struct {
+		feature string
+		opts    []Option
+		want    string
+	}{
+		"no feature":  {"", []Option{WithServer("http://127.0.0.1:1/api", "app")}, "empty feature"},
+		"no server":   {"f", nil, "needs WithServer"},
+		"no app":      {"f", []Option{WithServer("http://127.0.0.1:1/api", "")}, "application name"},
+		"no /api":     {"f", []Option{WithServer("http://127.0.0.1:1/", "app")}, "does not end in /api"},
+		"deeper path": {"f", []Option{WithServer("http://u:s3cret@127.0.0.1:1/unleash/", "app")}, "does not end in /api"},
+		"scheme":      {"f", []Option{WithServer("ftp://127.0.0.1:1/api", "app")}, "scheme"},
+		"no host":     {"f", []Option{WithServer("http:///api", "app")}, "no host"},
+		"unparsable":  {"f", []Option{WithServer("http://u:s3cret@[::1/api", "app")}, "does not parse"},
+		"nil option":  {"f", []Option{nil}, "nil"},
+		"wait":        {"f", []Option{WithServer("http://127.0.0.1:1/api", "app"), WithWaitForFirstFetch(-1)}, "negative"},
+	} {
+		_, err := New(tc.feature, tc.opts...)
+		assert.ErrorIs(t, err, driver.ErrInvalidOption, name)
+		assert.ErrorContains(t, err, tc.want, name)
+		if err != nil {
+			assert.NotContains(t, err.Error(), "s3cret", name)
+		}
+	}
+	// The client's goroutines would linger a moment after a Close; none
+	// was started here, so the count returns to where it was.
+	waitFor(t, "no goroutine left", func() bool { return runtime.NumGoroutine() <= before })
+}
+
+// WithWaitForFirstFetch fails fast and clearly: a refused token (401) or a
+// path the server does not know (404) is ErrRefused, a server that does not
+// answer is ErrNotReady, and a server that answers gives a source with its
+// split in force when New returns. Ping follows the latest fetch.
+func TestWaitForFirstFetch(t *testing.T) {
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+	}))
+	t.Cleanup(refusing.Close)
+	for name, url := range map[string]string{
+		"401": refusing.URL + "/api/",
+		"404": newFlagServer(t, 10).srv.URL + "/unleash/api/",
+	} {
+		start := time.Now()
+		_, err := New(testFeature, WithServer(url, "app"), WithWaitForFirstFetch(5*time.Second))
+		assert.ErrorIs(t, err, ErrRefused, name)
+		t.Logf("%s: refused after %v: %v", name, time.Since(start).Round(time.Millisecond), err)
+	}
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close()) // nothing listens there
+	start := time.Now()
+	_, err = New(testFeature, WithServer("http://"+addr+"/api/", "app"), WithWaitForFirstFetch(5*time.Second))
+	assert.ErrorIs(t, err, ErrNotReady)
+	t.Logf("unreachable: failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+
+	flags := newFlagServer(t, 35)
+	src := newTestSource(t, flags, WithWaitForFirstFetch(5*time.Second))
+	require.NotNil(t, src.Split(), "the split is in force when New returns")
+	assert.Equal(t, 35, src.Split().Percent())
+	require.NoError(t, src.Ping(context.Background()))
+	flags.change(func(f *flagServer) { f.failing = true })
+	waitFor(t, "Ping to report the failing server", func() bool {
+		return errors.Is(src.Ping(context.Background()), ErrNotReady)
+	})
+	assert.Equal(t, 35, src.Split().Percent(), "the split stays")
+	flags.change(func(f *flagServer) { f.failing = false })
+	waitFor(t, "Ping to recover", func() bool { return src.Ping(context.Background()) == nil })
+
+	// rollout.Backend's Ping includes the source's.
+	b := mustRollout(t, memorybackend.New(), memorybackend.New(), src)
+	assert.NoError(t, b.Ping(context.Background()))
+}
+
+// WithUsageMetrics evaluates the toggle off the request path and lets the
+// client register and send metrics, so the toggle shows as used.
+func TestUsageMetrics(t *testing.T) {
+	flags := newFlagServer(t, 40)
+	src := newTestSource(t, flags, WithUsageMetrics(), WithClientOptions(unleash.WithMetricsInterval(refreshInterval)))
+	waitPercent(t, src, 40)
+	waitFor(t, "metrics to reach the server", func() bool { return flags.metrics.Load() > 0 })
+	assert.EqualValues(t, 1, flags.registers.Load())
 }
 
 func TestReadToggle(t *testing.T) {

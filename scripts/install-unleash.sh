@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what the real-server Unleash tests run: PostgreSQL 15 from
+# Debian's packages (postgresql-15, when initdb is missing) and the
+# unleash-server npm package, pinned, into the cache directory that
+# internal/localserver looks in (~/.cache/throttlekit/unleash-server-<v>,
+# or $THROTTLEKIT_UNLEASH_DIR). Node.js 20 and npm must be on PATH.
+set -euo pipefail
+version=$(sed -n 's/^const UnleashServerVersion = "\(.*\)"$/\1/p' "$(dirname "$0")/../internal/localserver/unleash.go")
+dir=${THROTTLEKIT_UNLEASH_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/throttlekit/unleash-server-$version}
+
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
+  echo "install-unleash: installing postgresql-15 with apt-get" >&2
+  SUDO=; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends postgresql-15 >/dev/null
+  # The tests run their own cluster on a free loopback port.
+  if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl stop postgresql >/dev/null 2>&1 || true; fi
+fi
+
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  echo "install-unleash: node and npm are needed (Node.js 20); the Unleash tests will be skipped" >&2
+  exit 1
+fi
+if [ ! -f "$dir/node_modules/unleash-server/package.json" ]; then
+  echo "install-unleash: npm install unleash-server@$version into $dir" >&2
+  mkdir -p "$dir"
+  (cd "$dir" && npm install --no-audit --no-fund --omit=dev --loglevel=error "unleash-server@$version" >/dev/null)
+fi
+echo "unleash-server $version in $dir"
