@@ -4,7 +4,7 @@ export PATH := $(PATH):/usr/local/go/bin
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 10s
 
-.PHONY: test test-short test-unleash lint vet fuzz demo demo-embedded servers unleash bench
+.PHONY: test test-short test-unleash lint vet fuzz demo demo-embedded servers unleash bench bench-peers
 
 ## test: lint, then every test under the race detector, with real Redis, memcached and Unleash servers (what CI runs)
 test: servers unleash lint
@@ -18,10 +18,11 @@ test-short:
 test-unleash: unleash
 	$(GO) test -race -count=1 -run 'Unleash' -v ./rollout/... ./internal/localserver/
 
-## lint: gofmt, go vet, staticcheck (pinned) and go mod tidy -diff
+## lint: gofmt, go vet, staticcheck (pinned) and go mod tidy -diff, for the module and for bench/
 lint: vet
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) mod tidy -diff
+	cd bench && $(GO) vet ./... && $(GO) mod tidy -diff
 
 ## vet: gofmt check and go vet
 vet:
@@ -53,6 +54,10 @@ servers:
 ## unleash: install PostgreSQL 15 and the pinned unleash-server npm package when missing
 unleash:
 	./scripts/install-unleash.sh
+
+## bench-peers: throttlekit against ulule/limiter, redis_rate, throttled and x/time/rate on the same servers, one table (bench/; under 10 minutes)
+bench-peers: servers
+	cd bench && $(GO) run .
 
 ## bench: every benchmark, once (compare ratios within one run: the machine is shared)
 bench: servers

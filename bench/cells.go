@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+	"github.com/throttled/throttled/v2"
+	"github.com/throttled/throttled/v2/store/goredisstore.v9"
+	"github.com/throttled/throttled/v2/store/memstore"
+	"github.com/ulule/limiter/v3"
+	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
+	"golang.org/x/time/rate"
+
+	memcachedbackend "github.com/throttlekit/throttlekit/backend/memcached"
+	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
+	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
+	redisgroups "github.com/throttlekit/throttlekit/backend/redis/groups"
+	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/driver"
+)
+
+// Paths, in the order of the table.
+const (
+	pathFixed      = "Redis, one fixed-window limit"
+	pathGCRA       = "Redis, GCRA"
+	pathThree      = "Redis, 3 limits (10/s, 600/min, 5000/h)"
+	pathHot        = "Redis, one identifier far over (10/min)"
+	pathCluster    = "Redis Cluster (3 primaries), one limit"
+	pathSharded    = "sharded, 3 Redis groups, one limit"
+	pathSerial     = "Redis, one limit, 1 goroutine"
+	pathMemory1    = "in process, 1 goroutine"
+	pathMemory64   = "in process, 64 goroutines"
+	pathMemcached  = "memcached, one limit"
+	prefixTK       = "tk:"
+	defaultPerMin  = 1000
+	hotLimitPerMin = 10
+)
+
+// cells lists every cell of the comparison.
+func cells(e *env) []cell {
+	std := []string{e.standalone}
+	var out []cell
+	add := func(c cell) { out = append(out, c) }
+
+	tk := func(path, impl, spec string, client func() (redisbackend.Client, func()), opts []redisbackend.Option, thOpts ...throttler.Option) cell {
+		return cell{path: path, impl: impl, setup: func() (decider, func(), error) {
+			c, closeClient := client()
+			b, err := redisbackend.New(c, append([]redisbackend.Option{redisbackend.WithPrefix(prefixTK + uniq())}, opts...)...)
+			if err != nil {
+				closeClient()
+				return nil, nil, err
+			}
+			d, err := throttlekit(b, spec, thOpts...)
+			return d, closeClient, err
+		}}
+	}
+	standalone := func() (redisbackend.Client, func()) {
+		c := newRedisClient(e.standalone)
+		return c, func() { _ = c.Close() }
+	}
+	batched := []redisbackend.Option{redisbackend.WithBatching(0)}
+
+	for _, c := range []cell{
+		tk(pathFixed, "throttlekit", "1000/min", standalone, nil),
+		tk(pathFixed, "throttlekit, batched", "1000/min", standalone, batched),
+		ulule(e.standalone, pathFixed, defaultPerMin),
+		tk(pathGCRA, "throttlekit", "1000/min gcra", standalone, nil),
+		tk(pathGCRA, "throttlekit, batched", "1000/min gcra", standalone, batched),
+		redisRate(e.standalone, pathGCRA, defaultPerMin),
+		throttledRedis(e.standalone, pathGCRA, defaultPerMin),
+		tk(pathThree, "throttlekit", "10/s, 600/min, 5000/h", standalone, nil),
+		tk(pathThree, "throttlekit, batched", "10/s, 600/min, 5000/h", standalone, batched),
+		ulule(e.standalone, pathThree, defaultPerMin),
+		tk(pathHot, "throttlekit", "10/min", standalone, nil),
+		tk(pathHot, "throttlekit, deny cache", "10/min", standalone, batched, throttler.WithDenyCache(10_000, time.Second)),
+		ulule(e.standalone, pathHot, hotLimitPerMin),
+		redisRate(e.standalone, pathHot, hotLimitPerMin),
+		throttledRedis(e.standalone, pathHot, hotLimitPerMin),
+		tk(pathSerial, "throttlekit", "1000/min", standalone, nil),
+		tk(pathSerial, "throttlekit, batched", "1000/min", standalone, batched),
+		ulule(e.standalone, pathSerial, defaultPerMin),
+		redisRate(e.standalone, pathSerial, defaultPerMin),
+	} {
+		if c.servers == nil {
+			c.servers = std
+		}
+		if strings.HasPrefix(c.path, pathHot) {
+			c.oneID = true
+		}
+		if c.path == pathSerial {
+			c.goroutines = 1
+		}
+		add(c)
+	}
+
+	cluster := func() (redisbackend.Client, func()) {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: e.cluster, PoolSize: 64, ContextTimeoutEnabled: true})
+		return c, func() { _ = c.Close() }
+	}
+	for _, c := range []cell{
+		tk(pathCluster, "throttlekit", "1000/min", cluster, nil),
+		tk(pathCluster, "throttlekit, batched", "1000/min", cluster, batched),
+	} {
+		c.servers = e.cluster
+		add(c)
+	}
+	add(cell{path: pathSharded, impl: "throttlekit, batched", servers: e.groups, setup: func() (decider, func(), error) {
+		var parts []string
+		for i, addr := range e.groups {
+			parts = append(parts, fmt.Sprintf("g%d=redis://%s?pool_size=64", i, addr))
+		}
+		b, err := redisgroups.Open(strings.Join(parts, ","), redisgroups.WithBackendOptions(
+			redisbackend.WithPrefix(prefixTK+uniq()), redisbackend.WithBatching(0)))
+		if err != nil {
+			return nil, nil, err
+		}
+		d, err := throttlekit(b, "1000/min")
+		return d, func() { _ = b.Close() }, err
+	}})
+
+	for _, g := range []int{1, 64} {
+		path := pathMemory1
+		if g == 64 {
+			path = pathMemory64
+		}
+		add(cell{path: path, impl: "throttlekit (memory)", goroutines: g, setup: func() (decider, func(), error) {
+			d, err := throttlekit(memorybackend.New(), "1000/min")
+			return d, func() {}, err
+		}})
+		add(cell{path: path, impl: "x/time/rate (a map of limiters)", peer: true, goroutines: g, setup: xrate})
+		add(cell{path: path, impl: "throttled (memstore)", peer: true, goroutines: g, setup: throttledMemory})
+	}
+	add(cell{path: pathMemcached, impl: "throttlekit", setup: func() (decider, func(), error) {
+		client, err := memcachedbackend.NewClient(time.Second, e.memcached)
+		if err != nil {
+			return nil, nil, err
+		}
+		client.MaxIdleConns = 64
+		b, err := memcachedbackend.New(client, memcachedbackend.WithPrefix(prefixTK+uniq()))
+		if err != nil {
+			return nil, nil, err
+		}
+		d, err := throttlekit(b, "1000/min")
+		return d, func() { _ = client.Close() }, err
+	}})
+	return out
+}
+
+var uniqMu sync.Mutex
+var uniqN int
+
+// uniq returns a fresh key prefix part, so that no cell sees another's
+// state.
+func uniq() string {
+	uniqMu.Lock()
+	defer uniqMu.Unlock()
+	uniqN++
+	return fmt.Sprintf("%d-%d:", time.Now().Unix(), uniqN)
+}
+
+// throttlekit is a decider over a throttlekit backend with a policy of spec.
+func throttlekit(b driver.Backend, spec string, opts ...throttler.Option) (decider, error) {
+	th, err := throttler.New(b, append([]throttler.Option{throttler.WithLogger(nil)}, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	p, err := throttler.ParsePolicy("bench", spec)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, id string) (bool, error) {
+		r, err := th.Allow(ctx, p, id)
+		if err == nil && r.Degraded {
+			err = r.Err
+		}
+		return r.Allowed, err
+	}, nil
+}
+
+// ulule is github.com/ulule/limiter with its Redis store: one fixed window.
+func ulule(addr, path string, perMin int64) cell {
+	return cell{path: path, impl: "ulule/limiter", peer: true, setup: func() (decider, func(), error) {
+		c := newRedisClient(addr)
+		store, err := ulredis.NewStoreWithOptions(c, limiter.StoreOptions{Prefix: "ulule:" + uniq()})
+		if err != nil {
+			return nil, nil, err
+		}
+		l := limiter.New(store, limiter.Rate{Period: time.Minute, Limit: perMin})
+		return func(ctx context.Context, id string) (bool, error) {
+			r, err := l.Get(ctx, id)
+			return !r.Reached, err
+		}, func() { _ = c.Close() }, nil
+	}}
+}
+
+// redisRate is github.com/go-redis/redis_rate: GCRA in a Lua script.
+func redisRate(addr, path string, perMin int) cell {
+	return cell{path: path, impl: "go-redis/redis_rate", peer: true, setup: func() (decider, func(), error) {
+		c := newRedisClient(addr)
+		l := redis_rate.NewLimiter(c)
+		lim := redis_rate.PerMinute(perMin)
+		prefix := "rr:" + uniq()
+		return func(ctx context.Context, id string) (bool, error) {
+			r, err := l.Allow(ctx, prefix+id, lim)
+			if err != nil {
+				return false, err
+			}
+			return r.Allowed > 0, nil
+		}, func() { _ = c.Close() }, nil
+	}}
+}
+
+// throttledRedis is github.com/throttled/throttled's GCRA over its go-redis
+// v9 store.
+func throttledRedis(addr, path string, perMin int) cell {
+	return cell{path: path, impl: "throttled", peer: true, setup: func() (decider, func(), error) {
+		c := newRedisClient(addr)
+		store, err := goredisstore.NewCtx(c, "thr:"+uniq())
+		if err != nil {
+			return nil, nil, err
+		}
+		d, err := throttledDecider(store, perMin)
+		return d, func() { _ = c.Close() }, err
+	}}
+}
+
+func throttledDecider(store throttled.GCRAStoreCtx, perMin int) (decider, error) {
+	rl, err := throttled.NewGCRARateLimiterCtx(store, throttled.RateQuota{MaxRate: throttled.PerMin(perMin), MaxBurst: perMin - 1})
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, id string) (bool, error) {
+		limited, _, err := rl.RateLimitCtx(ctx, id, 1)
+		return !limited, err
+	}, nil
+}
+
+// throttledMemory is throttled's GCRA over its in-process store.
+func throttledMemory() (decider, func(), error) {
+	store, err := memstore.NewCtx(65536)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := throttledDecider(store, defaultPerMin)
+	return d, func() {}, err
+}
+
+// xrate is golang.org/x/time/rate with a limiter per identifier in a map
+// behind a mutex: what a team writes by hand.
+func xrate() (decider, func(), error) {
+	var mu sync.Mutex
+	limiters := map[string]*rate.Limiter{}
+	every := rate.Every(time.Minute / defaultPerMin)
+	return func(ctx context.Context, id string) (bool, error) {
+		mu.Lock()
+		l, ok := limiters[id]
+		if !ok {
+			l = rate.NewLimiter(every, defaultPerMin)
+			limiters[id] = l
+		}
+		mu.Unlock()
+		return l.Allow(), nil
+	}, func() {}, nil
+}
+
