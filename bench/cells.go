@@ -267,4 +267,3 @@ func xrate() (decider, func(), error) {
 		return l.Allow(), nil
 	}, func() {}, nil
 }
-
