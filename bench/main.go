@@ -80,7 +80,7 @@ func printTable(w *os.File, cfg config, env *env, results []result, took time.Du
 	fmt.Fprintf(w, "Settings: %d goroutines unless the path says 1, %d identifiers, limit 1000/min unless the path says otherwise, "+
 		"go-redis pool of 64; %d runs of %v per cell after %v of warm-up, median run shown. Whole run: %v.\n\n",
 		cfg.goroutines, cfg.identifiers, cfg.runs, cfg.duration, cfg.warmUp, took.Round(time.Second))
-	fmt.Fprintln(w, "| path | implementation | decisions/s | p50 | p99 | client CPU/decision | server CPU/decision | Redis µs/call | allocs/decision | vs best peer |")
+	fmt.Fprintln(w, "| path | implementation | decisions/s | p50 | p99 | client CPU/decision | server CPU/decision | Redis µs/decision | allocs/decision | vs best peer |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	best := map[string]float64{}
 	for _, r := range results {

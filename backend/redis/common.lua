@@ -4,8 +4,10 @@
 -- redis.go splices it into each script right after the script's first line,
 -- its shebang, so every script Redis runs is whole in itself.
 --
--- ARGV     now_ms, now_us, cost, grace_ms, then four per limit:
---          algorithm (0 fixed, 1 aligned, 2 gcra), max, window_ms, burst
+-- ARGV     now_ms, now_us, cost, grace_ms, then five per limit:
+--          algorithm (0 fixed, 1 aligned, 2 gcra), max, window_ms, and the
+--          limit's capacity and emission interval in µs, which Go computes
+--          once per policy (driver.Limit.Capacity and EmissionMicros)
 -- KEYS[i]  limit i's state: a string "used:end" of two decimal integers (End
 --          in Unix ms for fixed windows, the TAT in Unix µs for GCRA). A
 --          string, not a hash: one SET ... PX writes the value and its expiry
@@ -31,18 +33,14 @@ local function floor_div(a, b)
   return q
 end
 
--- Limit.capacity
+-- Limit.Capacity, from ARGV
 local function capacity(l)
-  if l.Algorithm == GCRA and l.Burst > 0 then
-    return l.Burst
-  end
-  return l.Max
+  return l.Capacity
 end
 
--- emissionMicros
+-- Limit.EmissionMicros, from ARGV
 local function emission_micros(l)
-  local w = l.Window * 1000
-  return floor_div(w + l.Max - 1, l.Max)
+  return l.Emission
 end
 
 -- limitAllows
@@ -85,12 +83,13 @@ local function read_request()
     present = {}, -- present[i]: KEYS[i] was stored
   }
   for i = 1, #KEYS do
-    local a = 4 + (i - 1) * 4
+    local a = 4 + (i - 1) * 5
     req.limits[i] = {
       Algorithm = tonumber(ARGV[a + 1]),
       Max = tonumber(ARGV[a + 2]),
       Window = tonumber(ARGV[a + 3]),
-      Burst = tonumber(ARGV[a + 4]),
+      Capacity = tonumber(ARGV[a + 4]),
+      Emission = tonumber(ARGV[a + 5]),
     }
     local stored = redis.call('GET', KEYS[i])
     req.present[i] = stored ~= false
@@ -115,11 +114,12 @@ end
 -- multi-key script never finds some keys of a policy gone and others there,
 -- which a Cluster slot in migration answers with TRYAGAIN.
 --
--- written[i] says whether KEYS[i] will be stored after this script.
+-- written[i] says whether KEYS[i] will be stored after this script; nil
+-- means every key.
 local function policy_ttl(req, states, written)
   local ttl = req.grace_ms
   for i = 1, #states do
-    if written[i] then
+    if written == nil or written[i] then
       local s = states[i]
       local live = s.End - req.now_ms
       if req.limits[i].Algorithm == GCRA then
@@ -131,9 +131,10 @@ local function policy_ttl(req, states, written)
   return ttl
 end
 
--- write_state stores limit i's state s with the policy's TTL.
+-- write_state stores limit i's state s with the policy's TTL (an integer
+-- well below 2^53, which Redis receives in full digits).
 local function write_state(i, s, ttl)
-  redis.call('SET', KEYS[i], string.format('%d:%d', s.Used, s.End), 'PX', string.format('%d', ttl))
+  redis.call('SET', KEYS[i], string.format('%d:%d', s.Used, s.End), 'PX', ttl)
 end
 
 -- reply is what every script returns: {allowed (1 or 0), used_1, end_1,

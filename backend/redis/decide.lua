@@ -14,12 +14,10 @@
 -- reply       {allowed, used_1, end_1, ...}: the states after the decision,
 --             as driver.Decide returns them
 
--- Decide
+-- Decide. The states are updated in place: the script needs no copy of
+-- what it read (Go's Decide updates them in place too).
 local function decide(limits, now_ms, now_us, cost, states)
-  local next = {}
-  for i = 1, #states do
-    next[i] = {Used = states[i].Used, End = states[i].End}
-  end
+  local next = states
   if #next ~= #limits or cost < 0 then
     return false, next
   end
@@ -52,11 +50,7 @@ if req == nil then
 end
 local allowed, next = decide(req.limits, req.now_ms, req.now_us, req.cost, req.states)
 if allowed and req.cost > 0 then
-  local all = {}
-  for i = 1, #next do
-    all[i] = true
-  end
-  local ttl = policy_ttl(req, next, all)
+  local ttl = policy_ttl(req, next, nil)
   for i = 1, #next do
     write_state(i, next[i], ttl)
   end

@@ -475,7 +475,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // scriptArgs builds ARGV as the scripts read it: now in milliseconds and
 // microseconds, the cost, the expiry grace, then each limit's algorithm,
-// Max, window in milliseconds and Burst.
+// Max, window in milliseconds, capacity and emission interval.
 //
 // The limits' part is built once per policy and kept (the throttler makes
 // one compiled policy per user policy, once, and never changes it), so a
@@ -488,22 +488,18 @@ func (b *Backend) scriptArgs(req driver.Request) []any {
 	return append(args, limitArgs...)
 }
 
-// limitArgs returns each limit's algorithm, Max, window in milliseconds and
-// burst, boxed, from the cache or built and cached. The cache holds policies
+// limitArgs returns each limit's algorithm, Max, window in milliseconds,
+// capacity and emission interval in microseconds, boxed, from the cache or built and cached. The cache holds policies
 // by pointer, up to argsCacheMax of them: a program that makes policies on
 // the fly gets its arguments built per call past that, never a leak.
 func (b *Backend) limitArgs(p *driver.Policy) []any {
 	if v, ok := b.argsCache.Load(p); ok {
 		return v.([]any)
 	}
-	args := make([]any, 0, 4*len(p.Limits))
+	args := make([]any, 0, 5*len(p.Limits))
 	for i := range len(p.Limits) {
 		l := p.Limits[i]
-		burst := int64(0) // the scripts read 0 as Max
-		if l.Algorithm == driver.GCRA {
-			burst = l.Capacity
-		}
-		args = append(args, int64(l.Algorithm), l.Max, l.WindowMillis, burst)
+		args = append(args, int64(l.Algorithm), l.Max, l.WindowMillis, l.Capacity, l.EmissionMicros)
 	}
 	if b.argsCached.Load() < argsCacheMax {
 		if _, loaded := b.argsCache.LoadOrStore(p, args); !loaded {
