@@ -167,9 +167,11 @@ func snapshot(env *env, servers []string) counters {
 	return c
 }
 
-// redisCounters reads a server's CPU time (INFO cpu) and the time and
-// calls of the commands that decide (EVALSHA, EVAL and the peers' own
-// commands) from INFO commandstats.
+// redisCounters reads a server's CPU time (INFO cpu) and its time in the
+// commands that decide (INFO commandstats). Redis counts a script's own
+// calls (GET, SET, INCRBY inside EVALSHA) both on their own lines and in the
+// script's time, so when scripts ran only EVALSHA and EVAL are summed;
+// otherwise every command but INFO, PING, HELLO, CLIENT and CLUSTER.
 func redisCounters(env *env, addr string) (time.Duration, float64, int64) {
 	c := env.admin(addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -179,8 +181,8 @@ func redisCounters(env *env, addr string) (time.Duration, float64, int64) {
 		return 0, 0, 0
 	}
 	var cpu time.Duration
-	var usec float64
-	var calls int64
+	var usec, scriptUsec float64
+	var calls, scriptCalls int64
 	for _, line := range strings.Split(info, "\r\n") {
 		if v, ok := strings.CutPrefix(line, "used_cpu_sys:"); ok {
 			cpu += seconds(v)
@@ -191,18 +193,27 @@ func redisCounters(env *env, addr string) (time.Duration, float64, int64) {
 			if name == "info" || name == "ping" || name == "hello" || name == "client" || name == "cluster" {
 				continue
 			}
+			var n int64
+			var u float64
 			for _, kv := range strings.Split(stats, ",") {
 				k, v, _ := strings.Cut(kv, "=")
 				switch k {
 				case "calls":
-					n, _ := strconv.ParseInt(v, 10, 64)
-					calls += n
+					n, _ = strconv.ParseInt(v, 10, 64)
 				case "usec":
-					f, _ := strconv.ParseFloat(v, 64)
-					usec += f
+					u, _ = strconv.ParseFloat(v, 64)
 				}
 			}
+			usec += u
+			calls += n
+			if strings.HasPrefix(name, "eval") {
+				scriptUsec += u
+				scriptCalls += n
+			}
 		}
+	}
+	if scriptCalls > 0 {
+		return cpu, scriptUsec, scriptCalls
 	}
 	return cpu, usec, calls
 }
