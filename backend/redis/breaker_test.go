@@ -81,7 +81,7 @@ func TestBreakerStoreStoppedAndRestarted(t *testing.T) {
 				require.True(t, r.Degraded)
 				require.True(t, r.Allowed, "fail open")
 				calls++
-				if errorsIsOpen(r.Err) {
+				if errors.Is(r.Err, breaker.ErrOpen) {
 					open = append(open, d)
 				} else {
 					slow++
@@ -106,7 +106,7 @@ func TestBreakerStoreStoppedAndRestarted(t *testing.T) {
 					recovered = time.Since(back)
 					break
 				}
-				if !errorsIsOpen(r.Err) {
+				if !errors.Is(r.Err, breaker.ErrOpen) {
 					t.Logf("probe: %v", r.Err)
 				}
 			}
@@ -132,8 +132,6 @@ func TestBreakerStoreStoppedAndRestarted(t *testing.T) {
 		})
 	}
 }
-
-func errorsIsOpen(err error) bool { return errors.Is(err, breaker.ErrOpen) }
 
 // A 10 s outage of the store with FailLocal: the throttler decides in
 // process on this process's share of the policy (100/min over 4 processes:

@@ -276,11 +276,11 @@ func New(client Client, opts ...Option) (*Backend, error) {
 		if err != nil {
 			return nil, err
 		}
-		for i, c := range []Client{client, cfg.reader} {
-			if c == nil || (i == 1 && c == client) { // the read client is the main one
-				continue
-			}
-			if err := installBreakers(c, set); err != nil {
+		if err := installBreakers(client, set); err != nil {
+			return nil, err
+		}
+		if b.ownReader && cfg.reader != client {
+			if err := installBreakers(cfg.reader, set); err != nil {
 				return nil, err
 			}
 		}
