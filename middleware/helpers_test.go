@@ -33,11 +33,11 @@ type decisions struct {
 }
 
 func (d *decisions) Observe(_ context.Context, e throttler.Event) {
-	if e.Op != "allow" || e.Result == nil {
+	if e.Op != "allow" || !e.HasResult() {
 		return
 	}
 	d.mu.Lock()
-	d.results = append(d.results, *e.Result)
+	d.results = append(d.results, e.Result)
 	d.mu.Unlock()
 }
 

@@ -7,21 +7,34 @@ import (
 	"time"
 )
 
-// Event describes one throttler operation for an Observer.
+// Event describes one throttler operation for an Observer. It is passed by
+// value, so that observing costs the request path no allocation; an
+// observer that keeps one beyond Observe must copy Result.Limits.
 type Event struct {
 	// Op is the operation: "allow" (AllowN, Allow and each subject of
 	// AllowAll), "peek", "refund" or "reset".
 	Op string
 	// Policy is the policy's name.
 	Policy string
-	// Result is the decision, for allow, peek and refund; nil otherwise and
-	// when the operation failed.
-	Result *Result
+	// Identifier is the identifier the operation was for. Observers that
+	// feed metrics must not use it as a label: it is unbounded.
+	Identifier string
+	// Backend names the throttler's backend kind: the last element of the
+	// backend's package path, such as "redis", "memcached" or "rollout".
+	Backend string
+	// Result is the decision, for allow, peek and refund; the zero Result
+	// for reset and when the operation failed (HasResult reports which).
+	Result Result
 	// Err is the backend failure, or nil. A degraded Result carries it too.
 	Err error
-	// Latency is how long the backend call took.
+	// Latency is how long the backend call took; 0 for a decision the
+	// throttler answered without one (the deny cache, a cost above a
+	// limit's capacity answered from a failed peek).
 	Latency time.Duration
 }
+
+// HasResult reports whether e carries a Result.
+func (e *Event) HasResult() bool { return !e.Result.At.IsZero() }
 
 // Observer receives an Event after every operation, with the caller's
 // context, so that logs and spans join the request's trace. It is how

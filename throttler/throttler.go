@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +24,7 @@ const degradedRetryAfter = time.Second
 // method; build one with New.
 type Throttler struct {
 	backend     driver.Backend
+	name        string // the backend's name in Events
 	clock       Clock
 	wallClock   bool       // clock is the wall clock: a call's latency is time.Since(now)
 	nonblocking bool       // the backend never blocks: no timeout context
@@ -62,6 +64,7 @@ func New(b driver.Backend, opts ...Option) (*Throttler, error) {
 	if logger != nil {
 		t.outages = &outageLog{logger: logger, every: outageLogEvery, quiet: outageQuiet}
 	}
+	t.name = backendName(b)
 	_, t.wallClock = s.clock.(wallClock)
 	if nb, ok := b.(driver.Nonblocking); ok {
 		t.nonblocking = nb.Nonblocking()
@@ -234,8 +237,7 @@ func (t *Throttler) decide(ctx context.Context, p *Policy, id string, cost int64
 	if t.denies != nil && cost > 0 {
 		if r, ok := t.denies.lookup(p, id, cost, now); ok {
 			if len(t.observers) > 0 {
-				rc := r
-				t.observe(ctx, "allow", p, req, &rc, nil, 0)
+				t.observe(ctx, "allow", p, req, &r, nil, 0)
 			}
 			return r, nil
 		}
@@ -296,8 +298,7 @@ func (t *Throttler) finish(ctx context.Context, op string, p *Policy, req driver
 	}
 	r.Identifier = req.Identifier
 	if err != nil || len(t.observers) > 0 {
-		rc := r // only this branch pays for an escaping copy
-		t.observe(ctx, op, p, req, &rc, err, lat)
+		t.observe(ctx, op, p, req, &r, err, lat)
 	} else if t.outages != nil {
 		t.outages.success(ctx)
 	}
@@ -435,7 +436,10 @@ func (t *Throttler) callContext(ctx context.Context, d time.Duration) (context.C
 
 // observe logs a failure and tells the observers.
 func (t *Throttler) observe(ctx context.Context, op string, p *Policy, req driver.Request, r *Result, err error, lat time.Duration) {
-	e := Event{Op: op, Policy: p.compiled.Name, Result: r, Err: err, Latency: lat}
+	e := Event{Op: op, Policy: p.compiled.Name, Identifier: req.Identifier, Backend: t.name, Err: err, Latency: lat}
+	if r != nil {
+		e.Result = *r
+	}
 	if t.outages != nil {
 		if errors.Is(err, ErrBackend) {
 			t.outages.failure(ctx, e)
@@ -446,6 +450,23 @@ func (t *Throttler) observe(ctx context.Context, op string, p *Policy, req drive
 	for _, o := range t.observers {
 		o.Observe(ctx, e)
 	}
+}
+
+// backendName names a backend after the last element of its type's
+// package path: "redis" for redisbackend, "memory" for memorybackend.
+func backendName(b driver.Backend) string {
+	t := reflect.TypeOf(b)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	path := t.PkgPath()
+	if path == "" {
+		return t.String()
+	}
+	if i := strings.LastIndexByte(path, '/'); i >= 0 {
+		path = path[i+1:]
+	}
+	return path
 }
 
 func wrapBackend(err error) error {
