@@ -112,6 +112,10 @@ func (b *Backend) Backends() (oldBackend, newBackend driver.Backend) {
 	return b.backends[SideOld], b.backends[SideNew]
 }
 
+// Source returns the FlagSource the Backend routes by, for status pages
+// and metrics (its Split is the split in force).
+func (b *Backend) Source() FlagSource { return b.source }
+
 // Side returns the backend that serves identifier now: the flag source's
 // split, or the default side before the source has an answer.
 func (b *Backend) Side(identifier string) Side {

@@ -77,17 +77,18 @@ var ErrUnsupportedToggle = errors.New("unleashflag: toggle is not a sticky perce
 // Go client, and so this source, decides. The Go client is the one that
 // decides here; compare with it, not with the playground.
 type Source struct {
-	feature   string
-	groupID   string
-	onError   func(error)
-	client    *unleash.Client
-	split     atomic.Pointer[rollout.Split]
-	updates   atomic.Uint64
-	rejected  atomic.Uint64
-	errs      atomic.Uint64
-	lastErr   atomic.Pointer[error]
-	lastSplit atomic.Int64 // Unix nanoseconds of the last published split
-	closeOnce sync.Once
+	feature    string
+	groupID    string
+	onError    func(error)
+	client     *unleash.Client
+	split      atomic.Pointer[rollout.Split]
+	updates    atomic.Uint64
+	rejected   atomic.Uint64
+	errs       atomic.Uint64
+	lastErr    atomic.Pointer[error]
+	lastSplit  atomic.Int64 // Unix nanoseconds of the last published split
+	lastAnswer atomic.Int64 // Unix nanoseconds of the last answered fetch
+	closeOnce  sync.Once
 
 	// fetch is the state of the latest request for the toggles, recorded
 	// by the HTTP transport: see Ping.
@@ -389,6 +390,9 @@ func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		s := r.source
 		s.fetch.Store(f)
+		if f.status == http.StatusOK || f.status == http.StatusNotModified {
+			s.lastAnswer.Store(f.at.UnixNano())
+		}
 		s.firstOnce.Do(func() { close(s.firstFetch) })
 	}
 	return resp, err
@@ -437,6 +441,9 @@ type Status struct {
 	LastError error
 	// LastUpdate is when the latest split was published; zero before.
 	LastUpdate time.Time
+	// LastFetch is when the server last answered a fetch of the toggles
+	// (200 or 304): how fresh the split in force is. Zero before.
+	LastFetch time.Time
 }
 
 // Status returns the source's history.
@@ -448,6 +455,9 @@ func (s *Source) Status() Status {
 	}
 	if ns := s.lastSplit.Load(); ns != 0 {
 		st.LastUpdate = time.Unix(0, ns)
+	}
+	if ns := s.lastAnswer.Load(); ns != 0 {
+		st.LastFetch = time.Unix(0, ns)
 	}
 	return st
 }
