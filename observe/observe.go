@@ -3,6 +3,7 @@ package observe
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"syscall"
@@ -95,7 +96,8 @@ func ErrorKind(err error) string {
 	case errors.Is(err, driver.ErrBadReply):
 		return KindBadReply
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed), errors.As(err, new(*net.OpError)):
+		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed), errors.As(err, new(*net.OpError)),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return KindUnreachable
 	}
 	return KindOther

@@ -38,6 +38,10 @@ func Wrap(b driver.Backend, server string, opts ...Option) (*Backend, error) {
 // Breaker returns the backend's breaker.
 func (b *Backend) Breaker() *Breaker { return b.br }
 
+// Breakers returns the status of the backend's breaker, in the form
+// redisbackend's Backend.Breakers has, for metrics and debug pages.
+func (b *Backend) Breakers() []Status { return []Status{b.br.Status()} }
+
 // Unwrap returns the wrapped backend.
 func (b *Backend) Unwrap() driver.Backend { return b.next }
 

@@ -254,6 +254,11 @@ func (b *Breaker) changed(from, to State) {
 	}
 }
 
+// Status returns the breaker's status.
+func (b *Breaker) Status() Status {
+	return Status{Server: b.server, State: b.State(), Rejected: b.Rejected()}
+}
+
 // Status is one breaker's state, for a debug page or a metric.
 type Status struct {
 	Server   string
@@ -296,7 +301,7 @@ func (s *Set) Statuses() []Status {
 	s.mu.Lock()
 	out := make([]Status, 0, len(s.m))
 	for _, b := range s.m {
-		out = append(out, Status{Server: b.server, State: b.State(), Rejected: b.Rejected()})
+		out = append(out, b.Status())
 	}
 	s.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Server < out[j].Server })
