@@ -36,8 +36,8 @@ type traceHandler struct {
 }
 
 func (h traceHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= h.level }
-func (h traceHandler) WithAttrs([]slog.Attr) slog.Handler         { return h }
-func (h traceHandler) WithGroup(string) slog.Handler              { return h }
+func (h traceHandler) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h traceHandler) WithGroup(string) slog.Handler                { return h }
 func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
 	rec := record{level: r.Level, msg: r.Message, attrs: map[string]string{}}
 	rec.trace, _ = ctx.Value(traceKey{}).(string)
