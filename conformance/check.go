@@ -253,7 +253,14 @@ func checkInvariants(t *testing.T, label string, p *throttler.Policy, id string,
 		if !lr.Allowed && cost == 1 && lr.Remaining != 0 {
 			add("%s: denied a request of cost 1 with Remaining %d, want 0", where, lr.Remaining)
 		}
-		if !lr.Allowed && cost <= capacity(l) {
+		if !lr.Allowed && cost <= capacity(l) && l.Algorithm == throttler.SlidingWindow {
+			// SPEC: a sliding window's count decays before ResetAt, so
+			// the wait is positive and at most ResetAt - now.
+			if lr.RetryAfter <= 0 || lr.RetryAfter > lr.ResetAt.Sub(time.UnixMilli(now.UnixMilli())) {
+				add("%s: denied with RetryAfter %v, want in (0, ResetAt - now = %v]", where, lr.RetryAfter,
+					lr.ResetAt.Sub(time.UnixMilli(now.UnixMilli())))
+			}
+		} else if !lr.Allowed && cost <= capacity(l) {
 			// SPEC: RetryAfter = ResetAt - now for fixed windows, in whole
 			// milliseconds; newTAT - B*T - now for GCRA, where ResetAt is
 			// max(TAT, now) and a denial leaves TAT as it was.
@@ -274,6 +281,14 @@ func checkInvariants(t *testing.T, label string, p *throttler.Policy, id string,
 			}
 			if lr.ResetAt.Nanosecond()%1000 != 0 {
 				add("%s: ResetAt %v is not whole microseconds", where, lr.ResetAt)
+			}
+		} else if l.Algorithm == throttler.SlidingWindow {
+			// ResetAt is now once nothing counts any more.
+			if lr.ResetAt.UnixMilli() < now.UnixMilli() || lr.ResetAt.UnixMilli() == now.UnixMilli() && lr.Used != 0 {
+				add("%s: sliding-window ResetAt T0%+v before now T0%+v, or at now with %d used", where, lr.ResetAt.Sub(T0), now.Sub(T0), lr.Used)
+			}
+			if lr.ResetAt.Nanosecond()%1e6 != 0 {
+				add("%s: ResetAt %v is not whole milliseconds", where, lr.ResetAt)
 			}
 		} else {
 			if lr.ResetAt.UnixMilli() <= now.UnixMilli() {
@@ -406,6 +421,7 @@ func diffResults(got, want throttler.Result) []string {
 	cmp("Binding", got.Binding, want.Binding)
 	cmp("Window", got.Window, want.Window)
 	cmp("NeverAllowed", got.NeverAllowed, want.NeverAllowed)
+	cmp("Granted", got.Granted, want.Granted)
 	cmp("Policy", got.Policy, want.Policy)
 	cmp("Identifier", got.Identifier, want.Identifier)
 	if len(got.Limits) != len(want.Limits) {

@@ -271,6 +271,14 @@ var suite = []subtest{
 	{"GCRAEmissionIntervalRoundsUp", testGCRAEmissionIntervalRoundsUp},
 	{"GCRACostAboveOne", testGCRACostAboveOne},
 	{"GCRARetryAfterIsExact", testGCRARetryAfterIsExact},
+	// Sliding windows.
+	{"SlidingWindowTimeline", testSlidingWindowTimeline},
+	{"SlidingWindowRetryAfterIsExact", testSlidingWindowRetryAfterIsExact},
+	{"SlidingWindowClockBehind", testSlidingWindowClockBehind},
+	// Take up to N.
+	{"TakeUpToTightestLimit", testTakeUpToTightestLimit},
+	{"TakeUpToEveryAlgorithm", testTakeUpToEveryAlgorithm},
+	{"ConcurrentTakeExact", testConcurrentTakeExact},
 	// Requests that can never succeed.
 	{"CostExceedsCapacityFixed", testCostExceedsCapacityFixed},
 	{"CostExceedsCapacityGCRA", testCostExceedsCapacityGCRA},

@@ -25,8 +25,8 @@ const (
 	differentialTimeBound = 30 * time.Second
 )
 
-// testDifferentialAgainstModel replays random sequences of AllowN, Peek,
-// Refund and Reset, with random costs and clock steps (forward mostly,
+// testDifferentialAgainstModel replays random sequences of AllowN,
+// AllowUpTo, Peek, Refund and Reset, with random costs and clock steps (forward mostly,
 // sometimes backwards, sometimes onto a window's end) over random policies,
 // through the backend and through Model, and compares every field of every
 // result. Each sequence uses fresh policy names and identifiers and starts
@@ -114,7 +114,7 @@ func (d *differential) randomPolicy(name string) *throttler.Policy {
 	limits := make([]throttler.Limit, n)
 	for i := range limits {
 		l := throttler.Per(1+d.rng.Int64N(6), windows[d.rng.IntN(len(windows))]).Named(fmt.Sprintf("l%d", i))
-		switch d.rng.IntN(3) {
+		switch d.rng.IntN(4) {
 		case 1:
 			l = l.Using(throttler.AlignedWindow)
 		case 2:
@@ -122,6 +122,8 @@ func (d *differential) randomPolicy(name string) *throttler.Policy {
 			if d.rng.IntN(2) == 0 {
 				l = l.WithBurst(1 + d.rng.Int64N(8))
 			}
+		case 3:
+			l = l.Using(throttler.SlidingWindow)
 		}
 		limits[i] = l
 	}
@@ -207,6 +209,11 @@ func (d *differential) operate(i int) bool {
 		what = fmt.Sprintf("Refund %d", n)
 		got, err = e.main.thr.Refund(e.ctx, p, id, n)
 		want = d.model.Refund(p, id, now, n)
+	case r < 47 && r >= 39:
+		n := 1 + d.rng.Int64N(minCapacity+3)
+		what = fmt.Sprintf("AllowUpTo %d", n)
+		got, err = e.main.thr.AllowUpTo(e.ctx, p, id, n)
+		want = d.model.AllowUpTo(p, id, now, n)
 	case r < 39 && d.resets:
 		what = "Reset"
 		d.record(i, now, p, id, what, "")

@@ -22,6 +22,12 @@ import (
 //     epoch (aligned). A request is allowed iff used + cost <= Max.
 //   - GCRA counts in integer Unix microseconds, with T = ceil(Window / Max)
 //     and B = Burst (Max when zero); an absent TAT reads as now.
+//   - A sliding window keeps the count of the aligned window holding now
+//     and of the one before it; the earlier count weighs the share of its
+//     window that the last Window still covers. A request is allowed iff
+//     cur + cost + prev × (end - now)/W <= Max, exactly (a stored window
+//     ahead of now is the current one, its previous count at full weight).
+//   - AllowUpTo grants the largest k <= n that every limit allows.
 //   - A request is allowed only if every limit allows it; then every limit
 //     consumes, otherwise none does. Cost 0 consumes nothing and opens no
 //     window, and a cost above some limit's capacity is refused with
@@ -58,10 +64,13 @@ type modelKey struct {
 type modelState struct {
 	// used counts the units of the window ending at end (fixed windows).
 	used int64
-	// end is the window's end in Unix milliseconds (fixed windows) or the
-	// theoretical arrival time in Unix microseconds (GCRA). Zero means
-	// nothing stored.
+	// end is the window's end in Unix milliseconds (fixed and sliding
+	// windows) or the theoretical arrival time in Unix microseconds (GCRA).
+	// Zero means nothing stored.
 	end int64
+	// prev counts the units of the window before the one ending at end
+	// (sliding windows).
+	prev int64
 }
 
 // NewModel returns an empty model: every identifier starts with nothing
@@ -89,7 +98,43 @@ func (m *Model) AllowN(p *throttler.Policy, id string, now time.Time, cost int64
 		}
 		views = m.views(p, id, now)
 	}
-	return m.report(p, id, views, cost, allowed, fits)
+	r := m.report(p, id, views, cost, allowed, fits)
+	if allowed {
+		r.Granted = cost
+	}
+	return r
+}
+
+// AllowUpTo takes up to n units: it grants the largest k <= n that every
+// limit allows at now, found by bisection on the limits' own verdicts, and
+// returns AllowN's result for k; when no unit fits, the denial of one unit,
+// with Granted 0.
+func (m *Model) AllowUpTo(p *throttler.Policy, id string, now time.Time, n int64) throttler.Result {
+	if !modelValid(p, id) || n < 1 {
+		return throttler.Result{}
+	}
+	views := m.views(p, id, now)
+	all := func(k int64) bool {
+		for i := range views {
+			if !views[i].fits(k) {
+				return false
+			}
+		}
+		return true
+	}
+	lo, hi := int64(0), n // all(lo) holds; find the largest such k
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if all(mid) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	if lo == 0 {
+		return m.AllowN(p, id, now, 1)
+	}
+	return m.AllowN(p, id, now, lo)
 }
 
 // Peek returns the result of a cost-0 request: what the state allows at
@@ -165,6 +210,29 @@ func (m *Model) views(p *throttler.Policy, id string, now time.Time) []limitView
 
 func (v *limitView) gcra() bool { return v.limit.Algorithm == throttler.GCRA }
 
+func (v *limitView) sliding() bool { return v.limit.Algorithm == throttler.SlidingWindow }
+
+// slidingWindow returns the sliding window's counts as of now: the current
+// window's end and count, the previous window's count, and the part of the
+// previous window (in ms, at most W) that the last W still covers.
+func (v *limitView) slidingWindow() (end, cur, prev, covered int64) {
+	w := v.limit.Window.Milliseconds()
+	bucket := v.nowMs / w
+	if v.nowMs%w != 0 && v.nowMs < 0 {
+		bucket--
+	}
+	end = (bucket + 1) * w
+	switch {
+	case v.state.end > end: // written by a clock ahead of this one
+		return v.state.end, max(v.state.used, 0), max(v.state.prev, 0), w
+	case v.state.end == end:
+		return end, max(v.state.used, 0), max(v.state.prev, 0), end - v.nowMs
+	case v.state.end == end-w:
+		return end, 0, max(v.state.used, 0), end - v.nowMs
+	}
+	return end, 0, 0, end - v.nowMs
+}
+
 // emission is the GCRA emission interval T in microseconds, rounded up so
 // that the rate never exceeds Max per Window.
 func (v *limitView) emission() int64 {
@@ -217,6 +285,12 @@ func (v *limitView) fits(cost int64) bool {
 		t, b := v.emission(), capacity(v.limit)
 		return v.tat()+cost*t-b*t <= v.nowUs
 	}
+	if v.sliding() {
+		// cur + cost + prev*covered/W <= Max, multiplied out by W.
+		_, cur, prev, covered := v.slidingWindow()
+		w := v.limit.Window.Milliseconds()
+		return (v.limit.Max-cur-cost)*w >= prev*covered
+	}
 	return v.usedNow()+cost <= v.limit.Max
 }
 
@@ -230,6 +304,11 @@ func (v *limitView) consume(m *Model, cost int64) {
 	}
 	if v.gcra() {
 		s.used, s.end = 0, v.tat()+cost*v.emission()
+		return
+	}
+	if v.sliding() {
+		end, cur, prev, _ := v.slidingWindow()
+		s.used, s.end, s.prev = cur+cost, end, prev
 		return
 	}
 	s.used, s.end = v.usedNow()+cost, v.windowEnd()
@@ -254,9 +333,31 @@ func (v *limitView) refund(m *Model, n int64) {
 		}
 		return
 	}
+	if v.sliding() {
+		// Only the current window's units come back.
+		if end, _, _, _ := v.slidingWindow(); s.end >= end {
+			s.used = max(s.used-n, 0)
+		}
+		return
+	}
 	if v.open() {
 		s.used = max(s.used-n, 0)
 	}
+}
+
+// slidingWait is how many ms until cost units fit in a sliding window with
+// no other traffic: within the current window the previous count's weight
+// shrinks as it slides out; failing that, in the next window, where the
+// current count becomes the previous one and shrinks in turn.
+func (v *limitView) slidingWait(cost int64) int64 {
+	end, cur, prev, _ := v.slidingWindow()
+	w := v.limit.Window.Milliseconds()
+	if room := v.limit.Max - cur - cost; room >= 0 && prev > 0 {
+		// Fits once prev*(end - t) <= room*W: t = end - floor(room*W/prev).
+		return end - room*w/prev - v.nowMs
+	}
+	// Next window: cur*(end + W - t) <= (Max - cost)*W.
+	return end + w - (v.limit.Max-cost)*w/cur - v.nowMs
 }
 
 // figures is this limit's part of a Result, given the request's cost, the
@@ -280,6 +381,32 @@ func (v *limitView) figures(cost int64, allowed, fits bool) throttler.LimitResul
 			lr.RetryAfter = throttler.Never
 			if cost <= b {
 				lr.RetryAfter = time.Duration(tat+cost*t-b*t-v.nowUs) * time.Microsecond
+			}
+		}
+		return lr
+	}
+	if v.sliding() {
+		end, cur, prev, covered := v.slidingWindow()
+		w := l.Window.Milliseconds()
+		// The weighted count, rounded up: Remaining is what still fits.
+		weighted := prev * covered / w
+		if prev*covered%w != 0 {
+			weighted++
+		}
+		lr.Remaining = min(max(l.Max-cur-weighted, 0), l.Max)
+		lr.Used = l.Max - lr.Remaining
+		switch {
+		case cur > 0:
+			lr.ResetAt = time.UnixMilli(end + w)
+		case prev > 0:
+			lr.ResetAt = time.UnixMilli(end)
+		default:
+			lr.ResetAt = time.UnixMilli(v.nowMs)
+		}
+		if !lr.Allowed {
+			lr.RetryAfter = throttler.Never
+			if cost <= l.Max {
+				lr.RetryAfter = time.Duration(v.slidingWait(cost)) * time.Millisecond
 			}
 		}
 		return lr

@@ -10,7 +10,7 @@ import (
 )
 
 // Algorithm selects how a Limit counts: FixedWindow (the default),
-// AlignedWindow or GCRA.
+// AlignedWindow, GCRA or SlidingWindow.
 type Algorithm = driver.Algorithm
 
 // The algorithms. docs/SPEC.md gives their exact arithmetic.
@@ -24,6 +24,11 @@ const (
 	// GCRA allows a smooth rate of Max per Window with a burst capacity of
 	// Burst (Max when zero).
 	GCRA = driver.GCRA
+	// SlidingWindow counts two adjacent windows aligned on the epoch,
+	// weighting the previous one by how much of it the last Window still
+	// covers: smooth like GCRA, with the "Max per Window" meaning of a
+	// fixed window. Max × Window in milliseconds must stay below 2^52.
+	SlidingWindow = driver.SlidingWindow
 )
 
 // Limit is a quota of Max units per Window, counted by Algorithm. Build one
@@ -92,6 +97,7 @@ var unitAliases = map[string]time.Duration{
 //	60/min aligned          fixed window aligned on the epoch
 //	10/s gcra               GCRA with burst = max
 //	10/s gcra burst=50      GCRA with burst 50
+//	100/min sliding         sliding-window counter
 //
 // Units: ms, s (sec, second), m (min, minute), h (hr, hour), d (day),
 // w (wk, week), with plurals. There is no month: calendar months have no
@@ -123,7 +129,7 @@ func ParseLimit(s string) (Limit, error) {
 	for _, opt := range fields[1:] {
 		key, value, hasValue := strings.Cut(strings.ToLower(opt), "=")
 		switch {
-		case (key == "fixed" || key == "aligned" || key == "gcra") && !hasValue:
+		case (key == "fixed" || key == "aligned" || key == "gcra" || key == "sliding") && !hasValue:
 			if algorithm != "" {
 				if algorithm == key {
 					return fail(fmt.Sprintf("option %q given twice", key))
@@ -131,7 +137,7 @@ func ParseLimit(s string) (Limit, error) {
 				return fail(fmt.Sprintf("options %q and %q conflict: a limit has one algorithm", algorithm, key))
 			}
 			algorithm = key
-			l.Algorithm = map[string]Algorithm{"fixed": FixedWindow, "aligned": AlignedWindow, "gcra": GCRA}[key]
+			l.Algorithm = map[string]Algorithm{"fixed": FixedWindow, "aligned": AlignedWindow, "gcra": GCRA, "sliding": SlidingWindow}[key]
 		case key == "burst" && hasValue:
 			if burst {
 				return fail(`option "burst" given twice`)
@@ -143,7 +149,7 @@ func ParseLimit(s string) (Limit, error) {
 			}
 			l.Burst = b
 		default:
-			return fail(fmt.Sprintf("unknown option %q (want fixed, aligned, gcra or burst=N)", opt))
+			return fail(fmt.Sprintf("unknown option %q (want fixed, aligned, gcra, sliding or burst=N)", opt))
 		}
 	}
 	if burst && l.Algorithm != GCRA {

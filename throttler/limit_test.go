@@ -54,7 +54,7 @@ func TestParseLimitErrors(t *testing.T) {
 	for _, in := range []string{
 		"", "10", "/s", "0/s", "-1/s", "x/s", "10/", "10/parsec", "10/0s", "10/-1s",
 		"10/month", "10/401d", "10/s burst=5", "10/s gcra burst=0", "10/s gcra burst=x",
-		"10/s sliding", "99999999999999999999/s", "2000000000000/s", "10/99999999999999999999week",
+		"10/s sliding gcra", "10/s leaky", "1000000000000/400day sliding", "99999999999999999999/s", "2000000000000/s", "10/99999999999999999999week",
 		"1/1000000000000000h",
 		// Conflicting or repeated options.
 		"10/s aligned gcra", "10/s gcra aligned", "10/s fixed aligned", "10/s gcra gcra",

@@ -59,6 +59,9 @@ type Result struct {
 	// Subjects holds the result for each subject of Throttler.AllowAll, in
 	// the order given; it is nil otherwise.
 	Subjects []Result
+	// Granted is the number of units the decision charged: the cost when
+	// allowed, 0 when denied; for AllowUpTo, the k it granted.
+	Granted int64
 }
 
 // LimitResult is one limit's part of a Result.
@@ -87,6 +90,9 @@ func evaluate(p *Policy, now time.Time, cost int64, allowed bool, states []drive
 		out = make([]LimitResult, len(limits))
 	}
 	r := Result{Allowed: allowed, Policy: p.compiled.Name, At: now, Limits: out}
+	if allowed {
+		r.Granted = cost
+	}
 	for i := range limits {
 		var s driver.State
 		if i < len(states) {

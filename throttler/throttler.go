@@ -288,9 +288,13 @@ func (t *Throttler) finish(ctx context.Context, op string, p *Policy, req driver
 	if errors.Is(err, ErrNotInitialized) {
 		return Result{}, err
 	}
+	take := op == "take" // AllowUpTo: a decision, observed as one
+	if take {
+		op = "allow"
+	}
 	var r Result
 	if err != nil && op == "allow" && p.failureMode(t.failure) == FailLocal && t.local != nil {
-		r = t.decideLocally(ctx, p, req, err)
+		r = t.decideLocally(ctx, p, req, err, take)
 	} else if err != nil {
 		r = t.degraded(p, req, err, limits)
 	} else {
@@ -326,11 +330,18 @@ func (t *Throttler) neverAllowed(ctx context.Context, p *Policy, req driver.Requ
 // process's share of p, after the backend failed with err. The result is
 // degraded, carries err and says it was decided locally; if the local
 // store fails too, the request fails closed.
-func (t *Throttler) decideLocally(ctx context.Context, p *Policy, req driver.Request, err error) Result {
+func (t *Throttler) decideLocally(ctx context.Context, p *Policy, req driver.Request, err error, take bool) Result {
 	share := t.share(p)
 	local := req
 	local.Policy, local.Buffer = share.compiled, nil
-	out, lerr := t.local.Decide(context.WithoutCancel(ctx), local)
+	var out driver.Outcome
+	var lerr error
+	if tk, ok := t.local.(driver.Taker); ok && take {
+		out, lerr = tk.Take(context.WithoutCancel(ctx), local)
+		req.Cost = max(out.Granted, 1)
+	} else {
+		out, lerr = t.local.Decide(context.WithoutCancel(ctx), local)
+	}
 	if lerr != nil || len(out.States) != len(share.compiled.Limits) {
 		return t.degraded(p, req, err, nil)
 	}
@@ -374,7 +385,7 @@ func (t *Throttler) degraded(p *Policy, req driver.Request, err error, limits []
 	r.Degraded, r.Err = true, err
 	if m := p.failureMode(t.failure); m == FailClosed || m == FailLocal {
 		// FailLocal lands here without a local store, or when it failed too.
-		r.Allowed = false
+		r.Allowed, r.Granted = false, 0
 		r.RetryAfter = degradedRetryAfter
 		r.ResetAt = req.Now.Add(degradedRetryAfter)
 		r.Remaining, r.Used = 0, r.Limit

@@ -259,8 +259,8 @@ func (b *Backend) Refund(ctx context.Context, req driver.Request) (driver.Outcom
 	}
 	for i := range c.limits {
 		l := &c.limits[i]
-		if l.gcra {
-			if err := c.refundGCRA(i, req.Cost); err != nil {
+		if l.cas {
+			if err := c.refundCAS(i, req.Cost); err != nil {
 				return driver.Outcome{}, err
 			}
 			continue
@@ -295,7 +295,7 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 	}
 	var windowKeys []string
 	for i := range c.limits {
-		if !c.limits[i].gcra {
+		if !c.limits[i].cas {
 			windowKeys = append(windowKeys, c.keys.window(i))
 		}
 	}
@@ -311,8 +311,8 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 	}
 	var doomed []string
 	for i := range c.limits {
-		if c.limits[i].gcra {
-			doomed = append(doomed, c.keys.gcra(i))
+		if c.limits[i].cas {
+			doomed = append(doomed, c.keys.cas(i))
 			continue
 		}
 		// The window item first, so that new requests start afresh at

@@ -185,7 +185,7 @@ func TestMixedPolicyRollsBackEveryLimit(t *testing.T) {
 	b.hooks.beforeCAS = func() {
 		b.hooks.beforeCAS = nil
 		tat := clock.Now().Add(time.Minute).UnixMicro()
-		require.NoError(t, raw.Set(&memcache.Item{Key: k.gcra(1), Value: []byte(fmt.Sprint(tat)), Expiration: 120}))
+		require.NoError(t, raw.Set(&memcache.Item{Key: k.cas(1), Value: []byte(fmt.Sprint(tat)), Expiration: 120}))
 	}
 	before := b.Stats().RoundTrips
 	r, err = thr.Allow(ctx, p2, "v")
@@ -211,7 +211,7 @@ func TestPeekNeverWrites(t *testing.T) {
 	}
 	k := newKeys(b.prefix, testkit.Compile(t, p), "nobody")
 	for i := range len(p.Limits()) {
-		for _, key := range []string{k.window(i), k.gcra(i)} {
+		for _, key := range []string{k.window(i), k.cas(i)} {
 			_, err := raw.Get(key)
 			assert.ErrorIs(t, err, memcache.ErrCacheMiss, "key %s", key)
 		}
@@ -283,7 +283,7 @@ func TestMalformedStoredValuesAreErrors(t *testing.T) {
 	for _, c := range []struct{ key, value string }{
 		{k.window(0), "not a window"},
 		{k.window(0), "123 short"},
-		{k.gcra(1), "12x"},
+		{k.cas(1), "12x"},
 	} {
 		require.NoError(t, raw.Set(&memcache.Item{Key: c.key, Value: []byte(c.value), Expiration: 60}))
 		_, err := b.Decide(context.Background(), req)
@@ -462,7 +462,7 @@ func TestRetriesExhaustedIsCountedAndHandled(t *testing.T) {
 	// Every CAS loses to a writer that slips in between read and write.
 	tat := clock.Now().Add(6 * time.Second).UnixMicro()
 	b.hooks.beforeCAS = func() {
-		require.NoError(t, raw.Set(&memcache.Item{Key: k.gcra(0), Value: []byte(fmt.Sprint(tat)), Expiration: 60}))
+		require.NoError(t, raw.Set(&memcache.Item{Key: k.cas(0), Value: []byte(fmt.Sprint(tat)), Expiration: 60}))
 	}
 	before := b.Stats()
 	r, err = thr.Allow(ctx, p, "u")
@@ -523,7 +523,7 @@ func TestLongWindowsOutliveRelativeExpiry(t *testing.T) {
 		k := newKeys(b.prefix, testkit.Compile(t, p), limits)
 		key := k.window(0)
 		if p.Limits()[0].Algorithm == throttler.GCRA {
-			key = k.gcra(0)
+			key = k.cas(0)
 		}
 		_, err = raw.Get(key)
 		assert.NoError(t, err, limits)
@@ -666,7 +666,7 @@ func TestResetClearsUnreadableState(t *testing.T) {
 	k := newKeys(b.prefix, testkit.Compile(t, p), "u")
 	req := driver.Request{Policy: testkit.Compile(t, p), Identifier: "u", Cost: 1, Now: t0}
 	require.NoError(t, raw.Set(&memcache.Item{Key: k.window(0), Value: []byte("junk"), Expiration: 60}))
-	require.NoError(t, raw.Set(&memcache.Item{Key: k.gcra(1), Value: []byte("junk"), Expiration: 60}))
+	require.NoError(t, raw.Set(&memcache.Item{Key: k.cas(1), Value: []byte("junk"), Expiration: 60}))
 	_, err := b.Decide(context.Background(), req)
 	require.ErrorIs(t, err, driver.ErrBadReply)
 	require.NoError(t, b.Reset(context.Background(), testkit.Compile(t, p), "u"))

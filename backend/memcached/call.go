@@ -33,8 +33,10 @@ type call struct {
 // limitCall is what a call knows of one limit.
 type limitCall struct {
 	limit driver.Limit
-	gcra  bool
-	// item is the window item (fixed) or the GCRA item as last read, with
+	// cas marks a limit whose state is one item written by compare-and-swap
+	// (GCRA, sliding window) rather than a window item and counters.
+	cas bool
+	// item is the window item (fixed) or the CAS item as last read, with
 	// its CAS id; nil when absent.
 	item *memcache.Item
 	// open reports a fixed window open at now; win is its incarnation.
@@ -80,7 +82,7 @@ func (b *Backend) newCall(ctx context.Context, req driver.Request) (*call, error
 	}
 	for i := range c.limits {
 		l := req.Policy.Limits[i]
-		c.limits[i] = limitCall{limit: l, gcra: l.Algorithm == driver.GCRA}
+		c.limits[i] = limitCall{limit: l, cas: l.Algorithm == driver.GCRA || l.Algorithm == driver.SlidingWindow}
 	}
 	return c, nil
 }
@@ -101,8 +103,8 @@ func (c *call) roundTrip(f func() error) error {
 func (c *call) snapshot() error {
 	keys := make([]string, len(c.limits))
 	for i := range c.limits {
-		if c.limits[i].gcra {
-			keys[i] = c.keys.gcra(i)
+		if c.limits[i].cas {
+			keys[i] = c.keys.cas(i)
 		} else {
 			keys[i] = c.keys.window(i)
 		}
@@ -117,8 +119,8 @@ func (c *call) snapshot() error {
 	}
 	for i := range c.limits {
 		l := &c.limits[i]
-		if l.gcra {
-			if err := c.setGCRAItem(i, items[c.keys.gcra(i)]); err != nil {
+		if l.cas {
+			if err := c.setCASItem(i, items[c.keys.cas(i)]); err != nil {
 				return err
 			}
 		} else if err := c.setWindowItem(i, items[c.keys.window(i)]); err != nil {
@@ -145,11 +147,20 @@ func (c *call) setWindowItem(i int, it *memcache.Item) error {
 	return nil
 }
 
-// setGCRAItem records a read of limit i's GCRA item (nil: absent).
-func (c *call) setGCRAItem(i int, it *memcache.Item) error {
+// setCASItem records a read of limit i's GCRA or sliding-window item
+// (nil: absent).
+func (c *call) setCASItem(i int, it *memcache.Item) error {
 	l := &c.limits[i]
 	l.item, l.state = it, driver.State{}
 	if it == nil {
+		return nil
+	}
+	if l.limit.Algorithm == driver.SlidingWindow {
+		s, ok := parseSliding(it.Value)
+		if !ok {
+			return fmt.Errorf("%w: sliding-window item of limit %q holds %q", driver.ErrBadReply, l.limit.Name, clip(it.Value))
+		}
+		l.state = s
 		return nil
 	}
 	tat, ok := parseInt(it.Value)
@@ -167,7 +178,7 @@ func (c *call) setGCRAItem(i int, it *memcache.Item) error {
 func (c *call) readCounters() error {
 	var keys []string
 	for i := range c.limits {
-		if l := &c.limits[i]; !l.gcra && l.open && !l.known {
+		if l := &c.limits[i]; !l.cas && l.open && !l.known {
 			keys = append(keys, c.keys.counter(i, l.win))
 		}
 	}
@@ -184,7 +195,7 @@ func (c *call) readCounters() error {
 	}
 	for i := range c.limits {
 		l := &c.limits[i]
-		if l.gcra || !l.open || l.known {
+		if l.cas || !l.open || l.known {
 			continue
 		}
 		it := items[c.keys.counter(i, l.win)]
@@ -227,7 +238,7 @@ func (c *call) decide() (driver.Outcome, error) {
 	mustCheck := false
 	for i := range c.limits {
 		l := &c.limits[i]
-		if !l.gcra && !l.open || l.gcra && !c.gcraAllows(i, l.state) || c.req.Cost > l.limit.Capacity {
+		if !l.cas && !l.open || l.cas && !c.casAllows(i, l.state) || c.req.Cost > l.limit.Capacity {
 			mustCheck = true
 		}
 	}
@@ -245,7 +256,7 @@ func (c *call) decide() (driver.Outcome, error) {
 	// limits, then fixed windows that start at now, which is where every
 	// anchored window this request opens is.
 	for i := range c.limits {
-		if c.limits[i].gcra || c.startsNow(i) {
+		if c.limits[i].cas || c.startsNow(i) {
 			continue
 		}
 		if out, stop, err := c.settle(c.consumeWindow(i, true)); stop {
@@ -253,16 +264,16 @@ func (c *call) decide() (driver.Outcome, error) {
 		}
 	}
 	for i := range c.limits {
-		if !c.limits[i].gcra {
+		if !c.limits[i].cas {
 			continue
 		}
-		allowed, err := c.consumeGCRA(i)
+		allowed, err := c.consumeCAS(i)
 		if out, stop, err := c.settle(stepOf(allowed), err); stop {
 			return out, err
 		}
 	}
 	for i := range c.limits {
-		if l := &c.limits[i]; l.gcra || l.consumed {
+		if l := &c.limits[i]; l.cas || l.consumed {
 			continue
 		}
 		if out, stop, err := c.settle(c.consumeWindow(i, false)); stop {

@@ -38,12 +38,16 @@ const (
 	kindWindow  = "w" // fixed window: "end token" of the open window
 	kindCounter = "c" // fixed window: units used in one window
 	kindGCRA    = "g" // GCRA: theoretical arrival time in µs
+	kindSliding = "s" // sliding window: "used:end:prev"
 )
 
 // keys holds the stored names of one identifier's state under one policy.
 type keys struct {
 	// limits[i] is the key part naming the policy's i-th limit.
 	limits []string
+	// casKinds[i] is the kind of the i-th limit's compare-and-swap item
+	// (GCRA or sliding window); empty for fixed windows.
+	casKinds []string
 	// route is the routing part shared by every key of the subject.
 	route string
 }
@@ -51,9 +55,16 @@ type keys struct {
 // newKeys builds the key parts for id under p, with prefix already escaped.
 func newKeys(prefix string, p *driver.Policy, id string) keys {
 	route := prefix + ":" + p.Key + ":" + driver.EscapeKey(id)
-	k := keys{route: shorten(route, maxRoutePart), limits: make([]string, len(p.Limits))}
+	k := keys{route: shorten(route, maxRoutePart), limits: make([]string, len(p.Limits)),
+		casKinds: make([]string, len(p.Limits))}
 	for i := range k.limits {
 		k.limits[i] = shorten(p.Limits[i].Key, maxLimitPart)
+		switch p.Limits[i].Algorithm {
+		case driver.GCRA:
+			k.casKinds[i] = kindGCRA
+		case driver.SlidingWindow:
+			k.casKinds[i] = kindSliding
+		}
 	}
 	return k
 }
@@ -75,8 +86,9 @@ func (k keys) item(kind string, i int) string {
 // window returns the key of the i-th limit's window item.
 func (k keys) window(i int) string { return k.item(kindWindow, i) }
 
-// gcra returns the key of the i-th limit's GCRA item.
-func (k keys) gcra(i int) string { return k.item(kindGCRA, i) }
+// cas returns the key of the i-th limit's compare-and-swap item: its GCRA
+// or sliding-window state.
+func (k keys) cas(i int) string { return k.item(k.casKinds[i], i) }
 
 // counter returns the key of the counter of one window incarnation.
 func (k keys) counter(i int, w window) string {

@@ -53,7 +53,7 @@ func TestKeysAreLegalForEveryInput(t *testing.T) {
 			for _, id := range nastyIdentifiers() {
 				k := newKeys(b.prefix, testkit.Compile(t, p), id)
 				for i := range len(p.Limits()) {
-					for _, key := range []string{k.window(i), k.gcra(i), k.counter(i, extremes[0]), k.counter(i, extremes[1])} {
+					for _, key := range []string{k.window(i), k.cas(i), k.counter(i, extremes[0]), k.counter(i, extremes[1])} {
 						require.True(t, legalKey(key), "illegal key %q (%d bytes)", key, len(key))
 						whose := prefix + "\x00" + p.Name() + "\x00" + id + "\x00" + testkit.Compile(t, p).Limits[i].Key
 						if prev, dup := seen[key]; dup {

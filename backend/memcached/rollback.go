@@ -40,7 +40,7 @@ func (c *call) deny() driver.Outcome {
 	if err := c.readCounters(); err != nil {
 		// The verdict stands; only those limits' figures are unknown.
 		for i := range c.limits {
-			if l := &c.limits[i]; !l.gcra && l.open && !l.known {
+			if l := &c.limits[i]; !l.cas && l.open && !l.known {
 				l.state = driver.State{}
 			}
 		}
@@ -54,7 +54,7 @@ func (c *call) deny() driver.Outcome {
 func (c *call) statesBeforeUnits() []driver.State {
 	states := c.states()
 	for i := range c.limits {
-		if l := &c.limits[i]; !l.gcra && l.open && !l.known {
+		if l := &c.limits[i]; !l.cas && l.open && !l.known {
 			states[i] = driver.State{}
 		}
 	}
@@ -119,8 +119,8 @@ func (c *call) giveBack() {
 		u := c.undo[j]
 		var err error
 		if u.counter == "" {
-			if err = c.rereadGCRA(u.limit); err == nil {
-				err = c.refundGCRA(u.limit, u.units)
+			if err = c.rereadCAS(u.limit); err == nil {
+				err = c.refundCAS(u.limit, u.units)
 			}
 		} else {
 			var left int64

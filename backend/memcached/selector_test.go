@@ -94,7 +94,7 @@ func TestRendezvousRoutesBySubject(t *testing.T) {
 	servers := map[string]bool{}
 	for i := range 200 {
 		k := newKeys(DefaultPrefix, testkit.Compile(t, p), fmt.Sprintf("user:%d", i))
-		all := []string{k.window(0), k.window(1), k.gcra(2),
+		all := []string{k.window(0), k.window(1), k.cas(2),
 			k.counter(0, window{end: 1, token: "0123456789abcdef"}), k.counter(1, window{end: 2, token: "fedcba9876543210"})}
 		first, err := sel.PickServer(all[0])
 		require.NoError(t, err)

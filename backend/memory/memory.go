@@ -37,6 +37,7 @@ var (
 	_ driver.Resetter    = (*Backend)(nil)
 	_ driver.Pinger      = (*Backend)(nil)
 	_ driver.Nonblocking = (*Backend)(nil)
+	_ driver.Taker       = (*Backend)(nil)
 )
 
 // Clock is where the backend reads the time its garbage collection runs on;
@@ -157,6 +158,18 @@ func (b *Backend) Decide(ctx context.Context, req driver.Request) (driver.Outcom
 	return b.update(ctx, req, func(states []driver.State) bool {
 		return driver.Decide(req.Policy, req.Now, req.Cost, states)
 	})
+}
+
+// Take implements driver.Taker: driver.Take on the identifier's states,
+// under the same lock as Decide.
+func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Outcome, error) {
+	var granted int64
+	out, err := b.update(ctx, req, func(states []driver.State) bool {
+		granted = driver.Take(req.Policy, req.Now, req.Cost, states)
+		return granted > 0
+	})
+	out.Granted = granted
+	return out, err
 }
 
 // Peek implements driver.Peeker: the states stored for the identifier,
@@ -362,8 +375,11 @@ func (e *entry) store(p *driver.Policy, states []driver.State, reqNow time.Time,
 			continue
 		}
 		end := states[i].End
-		if l.Algorithm == driver.GCRA {
+		switch l.Algorithm {
+		case driver.GCRA:
 			end = (end + 999) / 1000 // the TAT is in microseconds
+		case driver.SlidingWindow:
+			end += l.WindowMillis // the next window weighs this one's count
 		}
 		if sweepMs == 0 {
 			sweepMs = sweep.Now().UnixMilli()

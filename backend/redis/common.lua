@@ -9,7 +9,9 @@
 --          limit's capacity and emission interval in µs, which Go computes
 --          once per policy (driver.Limit.Capacity and EmissionMicros)
 -- KEYS[i]  limit i's state: a string "used:end" of two decimal integers (End
---          in Unix ms for fixed windows, the TAT in Unix µs for GCRA). A
+--          in Unix ms for fixed windows, the TAT in Unix µs for GCRA), or
+--          "used:end:prev" for a sliding window (Prev, the count of the
+--          window before the one ending at End). A
 --          string, not a hash: one SET ... PX writes the value and its expiry
 --          together, one GET reads it, and it is the smallest encoding. A
 --          foreign value is still caught: GET answers WRONGTYPE for any other
@@ -19,7 +21,7 @@
 -- MaxWindow and the GCRA span bound see to it), so the arithmetic is exact.
 -- Numbers are formatted with %d: tostring would print 1.7e+15.
 
-local FIXED_WINDOW, ALIGNED_WINDOW, GCRA = 0, 1, 2
+local FIXED_WINDOW, ALIGNED_WINDOW, GCRA, SLIDING_WINDOW = 0, 1, 2, 3
 local MAX_EXACT = 9007199254740991 -- 2^53 - 1
 
 -- floorDiv: Go's truncating a / b, made a floor when the signs differ.
@@ -43,6 +45,32 @@ local function emission_micros(l)
   return l.Emission
 end
 
+-- slidingEnd
+local function sliding_end(l, now_ms)
+  local w = l.Window
+  return (floor_div(now_ms, w) + 1) * w
+end
+
+-- slidingCounts: cur, prev, end, span
+local function sliding_counts(l, s, now_ms)
+  local e = sliding_end(l, now_ms)
+  if s.End > e then
+    return math.max(s.Used, 0), math.max(s.Prev, 0), s.End, l.Window
+  elseif s.End == e then
+    return math.max(s.Used, 0), math.max(s.Prev, 0), e, e - now_ms
+  elseif s.End == e - l.Window then
+    return 0, math.max(s.Used, 0), e, e - now_ms
+  end
+  return 0, 0, e, e - now_ms
+end
+
+-- slidingRemaining
+local function sliding_remaining(l, cur, prev, span)
+  local w = l.Window
+  local weighted = floor_div(prev * span + w - 1, w)
+  return math.min(math.max(l.Max - cur - weighted, 0), l.Max)
+end
+
 -- limitAllows
 local function limit_allows(l, s, now_ms, now_us, cost)
   if cost > capacity(l) then
@@ -52,6 +80,11 @@ local function limit_allows(l, s, now_ms, now_us, cost)
     local t = emission_micros(l)
     local new_tat = math.max(s.End, now_us) + cost * t
     return new_tat - capacity(l) * t <= now_us
+  end
+  if l.Algorithm == SLIDING_WINDOW then
+    local cur, prev, _, span = sliding_counts(l, s, now_ms)
+    local w = l.Window
+    return (cur + cost) * w + prev * span <= l.Max * w
   end
   local used = 0
   if s.End > now_ms then
@@ -63,10 +96,43 @@ end
 -- windowOpening
 local function window_opening(l, now_ms)
   local w = l.Window
-  if l.Algorithm == ALIGNED_WINDOW then
+  if l.Algorithm == ALIGNED_WINDOW or l.Algorithm == SLIDING_WINDOW then
     return (floor_div(now_ms, w) + 1) * w
   end
   return now_ms + w
+end
+
+-- Decide. The states are updated in place: the script needs no copy of
+-- what it read (Go's Decide updates them in place too).
+local function decide(limits, now_ms, now_us, cost, states)
+  local next = states
+  if #next ~= #limits or cost < 0 then
+    return false, next
+  end
+  for i = 1, #limits do
+    if not limit_allows(limits[i], next[i], now_ms, now_us, cost) then
+      return false, next
+    end
+  end
+  if cost == 0 then
+    return true, next
+  end
+  for i = 1, #limits do
+    local l = limits[i]
+    local s = next[i]
+    if l.Algorithm == GCRA then
+      s.Used = 0
+      s.End = math.max(s.End, now_us) + cost * emission_micros(l)
+    elseif l.Algorithm == SLIDING_WINDOW then -- Go: continue after each branch
+      local cur, prev, e = sliding_counts(l, s, now_ms)
+      s.Used, s.End, s.Prev = cur + cost, e, prev
+    elseif s.End > now_ms then
+      s.Used = math.max(s.Used, 0) + cost
+    else
+      s.Used, s.End = cost, window_opening(l, now_ms)
+    end
+  end
+  return true, next
 end
 
 -- read_request parses ARGV and reads every limit's state, all before any
@@ -94,14 +160,21 @@ local function read_request()
     local stored = redis.call('GET', KEYS[i])
     req.present[i] = stored ~= false
     if stored == false then
-      req.states[i] = {Used = 0, End = 0}
+      req.states[i] = {Used = 0, End = 0, Prev = 0}
     else
-      local used, ends = string.match(stored, '^(%-?%d+):(%-?%d+)$')
-      used, ends = tonumber(used), tonumber(ends)
-      if used == nil or ends == nil or math.abs(used) > MAX_EXACT or math.abs(ends) > MAX_EXACT then
+      local used, ends, prev
+      if req.limits[i].Algorithm == SLIDING_WINDOW then
+        used, ends, prev = string.match(stored, '^(%-?%d+):(%-?%d+):(%-?%d+)$')
+      else
+        used, ends = string.match(stored, '^(%-?%d+):(%-?%d+)$')
+        prev = '0'
+      end
+      used, ends, prev = tonumber(used), tonumber(ends), tonumber(prev)
+      if used == nil or ends == nil or prev == nil or math.abs(used) > MAX_EXACT or math.abs(ends) > MAX_EXACT
+          or math.abs(prev) > MAX_EXACT then
         return nil, 'THROTTLEKIT_FOREIGN_VALUE key ' .. KEYS[i] .. ' holds a value this script did not write'
       end
-      req.states[i] = {Used = used, End = ends}
+      req.states[i] = {Used = used, End = ends, Prev = prev}
     end
   end
   return req
@@ -124,6 +197,8 @@ local function policy_ttl(req, states, written)
       local live = s.End - req.now_ms
       if req.limits[i].Algorithm == GCRA then
         live = floor_div(s.End - req.now_us + 999, 1000)
+      elseif req.limits[i].Algorithm == SLIDING_WINDOW then
+        live = live + req.limits[i].Window -- the next window weighs this one
       end
       ttl = math.max(ttl, live + req.grace_ms)
     end
@@ -133,17 +208,25 @@ end
 
 -- write_state stores limit i's state s with the policy's TTL (an integer
 -- well below 2^53, which Redis receives in full digits).
-local function write_state(i, s, ttl)
-  redis.call('SET', KEYS[i], string.format('%d:%d', s.Used, s.End), 'PX', ttl)
+local function write_state(req, i, s, ttl)
+  local value
+  if req.limits[i].Algorithm == SLIDING_WINDOW then
+    value = string.format('%d:%d:%d', s.Used, s.End, s.Prev)
+  else
+    value = string.format('%d:%d', s.Used, s.End)
+  end
+  redis.call('SET', KEYS[i], value, 'PX', ttl)
 end
 
--- reply is what every script returns: {allowed (1 or 0), used_1, end_1,
--- used_2, end_2, ...}, integers only.
-local function reply(allowed, states)
-  local out = {allowed and 1 or 0}
+-- reply is what every script returns: {first, used_1, end_1, prev_1,
+-- used_2, end_2, prev_2, ...}, integers only; first is the verdict (1 or
+-- 0), or for take.lua the units granted.
+local function reply(first, states)
+  local out = {first}
   for i = 1, #states do
-    out[2 * i] = states[i].Used
-    out[2 * i + 1] = states[i].End
+    out[3 * i - 1] = states[i].Used
+    out[3 * i] = states[i].End
+    out[3 * i + 1] = states[i].Prev
   end
   return out
 end

@@ -18,8 +18,9 @@ import (
 	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
-// The Lua scripts mirror throttler.Decide and throttler.Refund line for
-// line. This runs random sequences of decisions, refunds and peeks through
+// The Lua scripts mirror driver.Decide, driver.Refund and driver.Take line
+// for line. This runs random sequences of decisions, takes, refunds and
+// peeks through
 // the scripts on a real Redis and through the Go functions on the same
 // inputs, and requires the same verdicts, the same returned states and the
 // same stored states, step by step: random policies of every algorithm,
@@ -43,7 +44,18 @@ func TestScriptsMirrorGo(t *testing.T) {
 		var trail []string // what happened so far, for the failure message
 		for step := range steps {
 			req := driver.Request{Policy: dp, Identifier: id, Now: now}
-			switch op := rng.IntN(10); {
+			switch op := rng.IntN(12); {
+			case op >= 10:
+				req.Cost = 1 + randomCost(rng, dp)*int64(1+rng.IntN(3))
+				trail = append(trail, fmt.Sprintf("take %d at %d µs", req.Cost, now.UnixMicro()))
+				out, err := b.Take(ctx, req)
+				require.NoError(t, err, "%s\n%s", p, strings.Join(trail, "\n"))
+				next := append([]driver.State(nil), model...)
+				granted := driver.Take(dp, now, req.Cost, next)
+				require.Equal(t, granted, out.Granted, "%s\n%s", p, strings.Join(trail, "\n"))
+				require.Equal(t, granted > 0, out.Allowed, "%s\n%s", p, strings.Join(trail, "\n"))
+				require.Equal(t, next, out.States, "%s\n%s", p, strings.Join(trail, "\n"))
+				model = next
 			case op < 6:
 				req.Cost = randomCost(rng, dp)
 				trail = append(trail, fmt.Sprintf("decide %d at %d µs", req.Cost, now.UnixMicro()))
@@ -93,13 +105,14 @@ func storedStates(t *testing.T, c *goredis.Client, keys []string) []driver.State
 			require.EqualError(t, err, "redis: nil")
 			continue
 		}
-		used, end, ok := strings.Cut(v, ":")
-		require.True(t, ok, "%s = %q", k, v)
-		var err1, err2 error
-		states[i].Used, err1 = strconv.ParseInt(used, 10, 64)
-		states[i].End, err2 = strconv.ParseInt(end, 10, 64)
-		require.NoError(t, err1, "%s = %q", k, v)
-		require.NoError(t, err2, "%s = %q", k, v)
+		parts := strings.Split(v, ":")
+		require.Contains(t, []int{2, 3}, len(parts), "%s = %q", k, v)
+		fields := []*int64{&states[i].Used, &states[i].End, &states[i].Prev}
+		for j, part := range parts {
+			n, err := strconv.ParseInt(part, 10, 64)
+			require.NoError(t, err, "%s = %q", k, v)
+			*fields[j] = n
+		}
 	}
 	return states
 }
@@ -116,7 +129,7 @@ func randomPolicy(t *testing.T, rng *rand.Rand, seq int) *throttler.Policy {
 				Name:      fmt.Sprint("l", i),
 				Max:       maxes[rng.IntN(len(maxes))],
 				Window:    windows[rng.IntN(len(windows))],
-				Algorithm: throttler.Algorithm(rng.IntN(3)),
+				Algorithm: throttler.Algorithm(rng.IntN(4)),
 			}
 			if rng.IntN(4) == 0 {
 				l.Max = 1 + rng.Int64N(50)
@@ -133,7 +146,8 @@ func randomPolicy(t *testing.T, rng *rand.Rand, seq int) *throttler.Policy {
 		if err == nil {
 			return p
 		}
-		// Some GCRA bursts exceed the span bound: draw again.
+		// Some GCRA bursts exceed the span bound, some sliding windows the
+		// product bound: draw again.
 		require.ErrorIs(t, err, throttler.ErrInvalidLimit)
 	}
 }

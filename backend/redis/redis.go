@@ -68,10 +68,13 @@ var (
 	peekSource string
 	//go:embed refund.lua
 	refundSource string
+	//go:embed take.lua
+	takeSource string
 
 	decideScript = goredis.NewScript(withCommon(decideSource))
 	peekScript   = goredis.NewScript(withCommon(peekSource))
 	refundScript = goredis.NewScript(withCommon(refundSource))
+	takeScript   = goredis.NewScript(withCommon(takeSource))
 )
 
 // withCommon returns script with common.lua inserted after its first line:
@@ -100,6 +103,7 @@ var (
 	_ driver.Refunder = (*Backend)(nil)
 	_ driver.Resetter = (*Backend)(nil)
 	_ driver.Pinger   = (*Backend)(nil)
+	_ driver.Taker    = (*Backend)(nil)
 
 	_ Client = (*goredis.Client)(nil)
 	_ Client = (*goredis.ClusterClient)(nil)
@@ -357,6 +361,14 @@ func (b *Backend) Refund(ctx context.Context, req driver.Request) (driver.Outcom
 	return b.runScript(ctx, b.client, refundScript, false, req)
 }
 
+// Take implements driver.Taker with one call of take.lua.
+func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Outcome, error) {
+	if err := b.ready(); err != nil {
+		return driver.Outcome{}, err
+	}
+	return b.runScript(ctx, b.client, takeScript, false, req)
+}
+
 // Reset implements driver.Resetter: it deletes every key of the
 // identifier's policy with one DEL (the keys share a slot).
 func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string) error {
@@ -435,7 +447,7 @@ func (b *Backend) runScript(ctx context.Context, c conn, script *goredis.Script,
 		b.noticeFailure(c, err)
 		return driver.Outcome{}, classify(err)
 	}
-	return parseReply(reply, len(keys))
+	return parseReply(reply, len(keys), script == takeScript)
 }
 
 // While a Cluster slot migrates, a script whose keys are split between the
@@ -588,13 +600,13 @@ func classify(err error) error {
 
 // parseReply reads a script's reply, {allowed, used_1, end_1, ...}, for a
 // policy of n limits. Anything else is ErrUnexpectedReply, never a panic.
-func parseReply(reply any, n int) (driver.Outcome, error) {
+func parseReply(reply any, n int, take bool) (driver.Outcome, error) {
 	items, ok := reply.([]any)
 	if !ok {
 		return driver.Outcome{}, fmt.Errorf("%w: %T, want an array", ErrUnexpectedReply, reply)
 	}
-	if len(items) != 1+2*n {
-		return driver.Outcome{}, fmt.Errorf("%w: %d elements, want %d", ErrUnexpectedReply, len(items), 1+2*n)
+	if len(items) != 1+3*n {
+		return driver.Outcome{}, fmt.Errorf("%w: %d elements, want %d", ErrUnexpectedReply, len(items), 1+3*n)
 	}
 	ints := make([]int64, len(items))
 	for i, item := range items {
@@ -604,12 +616,17 @@ func parseReply(reply any, n int) (driver.Outcome, error) {
 		}
 		ints[i] = v
 	}
-	if ints[0] != 0 && ints[0] != 1 {
+	out := driver.Outcome{Allowed: ints[0] == 1, States: make([]driver.State, n)}
+	switch {
+	case take && ints[0] >= 0:
+		out.Allowed, out.Granted = ints[0] > 0, ints[0]
+	case take:
+		return driver.Outcome{}, fmt.Errorf("%w: %d units granted", ErrUnexpectedReply, ints[0])
+	case ints[0] != 0 && ints[0] != 1:
 		return driver.Outcome{}, fmt.Errorf("%w: verdict %d, want 0 or 1", ErrUnexpectedReply, ints[0])
 	}
-	out := driver.Outcome{Allowed: ints[0] == 1, States: make([]driver.State, n)}
 	for i := range out.States {
-		out.States[i] = driver.State{Used: ints[1+2*i], End: ints[2+2*i]}
+		out.States[i] = driver.State{Used: ints[1+3*i], End: ints[2+3*i], Prev: ints[3+3*i]}
 	}
 	return out, nil
 }

@@ -378,23 +378,28 @@ func TestOddRepliesAreErrors(t *testing.T) {
 		{"nil", nil},
 		{"status", "OK"},
 		{"integer", int64(1)},
-		{"short array", []any{int64(1), int64(0)}},
-		{"long array", []any{int64(1), int64(0), int64(0), int64(0)}},
-		{"string element", []any{int64(1), "5", int64(0)}},
-		{"nil element", []any{int64(1), nil, int64(0)}},
-		{"float element", []any{int64(1), 1.5, int64(0)}},
-		{"verdict 2", []any{int64(2), int64(0), int64(0)}},
-		{"nested array", []any{[]any{int64(1)}, int64(0), int64(0)}},
+		{"short array", []any{int64(1), int64(0), int64(0)}},
+		{"long array", []any{int64(1), int64(0), int64(0), int64(0), int64(0)}},
+		{"string element", []any{int64(1), "5", int64(0), int64(0)}},
+		{"nil element", []any{int64(1), nil, int64(0), int64(0)}},
+		{"float element", []any{int64(1), 1.5, int64(0), int64(0)}},
+		{"verdict 2", []any{int64(2), int64(0), int64(0), int64(0)}},
+		{"nested array", []any{[]any{int64(1)}, int64(0), int64(0), int64(0)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := redisbackend.ParseReply(tc.reply, 1)
+			_, err := redisbackend.ParseReply(tc.reply, 1, false)
 			assert.ErrorIs(t, err, redisbackend.ErrUnexpectedReply)
 			assert.ErrorIs(t, err, driver.ErrBadReply)
 		})
 	}
-	out, err := redisbackend.ParseReply([]any{int64(1), int64(3), int64(1700000000000), int64(0), int64(1700000000000123)}, 2)
+	out, err := redisbackend.ParseReply([]any{int64(1), int64(3), int64(1700000000000), int64(0), int64(0), int64(1700000000000123), int64(0)}, 2, false)
 	require.NoError(t, err)
 	assert.Equal(t, driver.Outcome{Allowed: true, States: []driver.State{{Used: 3, End: 1700000000000}, {End: 1700000000000123}}}, out)
+	_, err = redisbackend.ParseReply([]any{int64(-1), int64(0), int64(0), int64(0)}, 1, true)
+	assert.ErrorIs(t, err, redisbackend.ErrUnexpectedReply, "a negative grant")
+	out, err = redisbackend.ParseReply([]any{int64(7), int64(9), int64(1700000000000), int64(4)}, 1, true)
+	require.NoError(t, err)
+	assert.Equal(t, driver.Outcome{Allowed: true, Granted: 7, States: []driver.State{{Used: 9, End: 1700000000000, Prev: 4}}}, out)
 }
 
 // A backend used without a throttler checks its input too.

@@ -7,13 +7,13 @@
 -- decide.lua.
 --
 -- KEYS, ARGV  see common.lua; ARGV[3] is n
--- reply       {1, used_1, end_1, ...}: the states after the refund
+-- reply       {1, used_1, end_1, prev_1, ...}: the states after the refund
 
 -- Refund
 local function refund(limits, now_ms, now_us, n, states)
   local next = {}
   for i = 1, #states do
-    next[i] = {Used = states[i].Used, End = states[i].End}
+    next[i] = {Used = states[i].Used, End = states[i].End, Prev = states[i].Prev}
   end
   if #next ~= #limits or n <= 0 then
     return next
@@ -30,7 +30,11 @@ local function refund(limits, now_ms, now_us, n, states)
         end
         s.End = s.End - back
       end
-    elseif s.End > now_ms then -- Go: continue after the GCRA branch
+    elseif l.Algorithm == SLIDING_WINDOW then -- Go: continue after each branch
+      if s.End >= sliding_end(l, now_ms) then
+        s.Used = math.max(s.Used - n, 0)
+      end
+    elseif s.End > now_ms then
       s.Used = math.max(s.Used - n, 0)
     end
   end
@@ -47,7 +51,7 @@ local next = refund(req.limits, req.now_ms, req.now_us, req.cost, req.states)
 -- together.
 local changed, written = false, {}
 for i = 1, #next do
-  local c = next[i].Used ~= req.states[i].Used or next[i].End ~= req.states[i].End
+  local c = next[i].Used ~= req.states[i].Used or next[i].End ~= req.states[i].End or next[i].Prev ~= req.states[i].Prev
   changed = changed or c
   written[i] = c or req.present[i]
 end
@@ -55,8 +59,8 @@ if changed then
   local ttl = policy_ttl(req, next, written)
   for i = 1, #next do
     if written[i] then
-      write_state(i, next[i], ttl)
+      write_state(req, i, next[i], ttl)
     end
   end
 end
-return reply(true, next)
+return reply(1, next)

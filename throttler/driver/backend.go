@@ -43,6 +43,9 @@ func (r *Request) States() []State {
 type Outcome struct {
 	Allowed bool
 	States  []State
+	// Granted is, for Taker.Take, the units granted (Allowed is Granted >
+	// 0); other operations leave it zero.
+	Granted int64
 }
 
 // Backend stores limit state and decides requests. It is the one interface a
@@ -90,6 +93,19 @@ type Refunder interface {
 // errors.ErrUnsupported.
 type Resetter interface {
 	Reset(ctx context.Context, p *Policy, identifier string) error
+}
+
+// Taker is implemented by backends that can take up to req.Cost units
+// atomically: grant the largest k <= req.Cost that every limit allows,
+// charge every limit k in one atomic step, exactly as the package function
+// Take does, and return k in Granted with the states after it (the states
+// as they were when k is 0).
+//
+// Fallback: without Taker, the throttler peeks, decides the headroom it
+// saw with Decide and peeks again if a concurrent request took it first.
+// That is atomic per attempt but costs two round trips.
+type Taker interface {
+	Take(ctx context.Context, req Request) (Outcome, error)
 }
 
 // Pinger is implemented by backends that can check their store is reachable.

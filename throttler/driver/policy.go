@@ -20,10 +20,15 @@ const (
 	// GCRA is the generic cell rate algorithm: a smooth rate of Max per
 	// Window with a burst capacity.
 	GCRA
+	// SlidingWindow is the sliding-window counter: two adjacent windows
+	// aligned on the multiples of Window, the previous one's count weighted
+	// by the share of it that the window ending at now still covers. Smooth
+	// like GCRA, with the "Max per Window" meaning of a fixed window.
+	SlidingWindow
 )
 
 // String returns the algorithm's name in the limit notation: "fixed",
-// "aligned" or "gcra".
+// "aligned", "gcra" or "sliding".
 func (a Algorithm) String() string {
 	switch a {
 	case FixedWindow:
@@ -32,6 +37,8 @@ func (a Algorithm) String() string {
 		return "aligned"
 	case GCRA:
 		return "gcra"
+	case SlidingWindow:
+		return "sliding"
 	}
 	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
 }
@@ -54,6 +61,10 @@ const (
 	// maxGCRASpanMicros bounds burst times the emission interval, so that a
 	// theoretical arrival time stays far below 2^53 microseconds.
 	maxGCRASpanMicros = int64(10 * MaxWindow / time.Microsecond)
+	// maxSlidingProduct bounds Max × WindowMillis of a sliding window, so
+	// that its weighted count, computed as the exact integer
+	// Used×Window + Prev×(End - now), stays below 2^53.
+	maxSlidingProduct = int64(1)<<52 - 1
 )
 
 // Limit is one limit of a Policy as a backend reads it: the user's quota
@@ -106,7 +117,7 @@ func NewLimit(name string, alg Algorithm, max int64, window time.Duration, burst
 		return bad("window must be between %v and %v", MinWindow, MaxWindow)
 	case window%time.Millisecond != 0:
 		return bad("window must be a whole number of milliseconds")
-	case alg < FixedWindow || alg > GCRA:
+	case alg < FixedWindow || alg > SlidingWindow:
 		return bad("unknown algorithm %d", int(alg))
 	case burst < 0 || burst > MaxQuota:
 		return bad("burst must be between 0 (meaning max) and %d", MaxQuota)
@@ -114,6 +125,9 @@ func NewLimit(name string, alg Algorithm, max int64, window time.Duration, burst
 		return bad("burst applies only to gcra")
 	}
 	l.WindowMillis = window.Milliseconds()
+	if alg == SlidingWindow && max > maxSlidingProduct/l.WindowMillis {
+		return bad("max times window in milliseconds exceeds %d, so the weighted count would not be exact", maxSlidingProduct)
+	}
 	l.EmissionMicros = (int64(window/time.Microsecond) + max - 1) / max
 	if alg == GCRA && l.Capacity > maxGCRASpanMicros/l.EmissionMicros {
 		return bad("burst times emission interval exceeds %v", time.Duration(maxGCRASpanMicros)*time.Microsecond)

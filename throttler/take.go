@@ -1,0 +1,102 @@
+package throttler
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/throttlekit/throttlekit/throttler/driver"
+)
+
+// takeAttempts bounds the peek-then-decide rounds of AllowUpTo on a backend
+// without driver.Taker, when concurrent requests keep taking the headroom
+// it saw.
+const takeAttempts = 4
+
+// AllowUpTo takes up to n units for identifier id under policy p: it grants
+// the largest k <= n that every limit of p allows at once, and charges k to
+// every limit in one atomic step, so that a batch never spends a minute's
+// quota that the hour limit then refuses. r.Granted is k and r.Allowed is
+// k > 0; the per-limit figures are those after the charge. When nothing
+// fits (k = 0) the result is the denial of a single unit: its RetryAfter is
+// how long until one unit fits.
+//
+// n may exceed the policy's capacity; at most the capacity is granted. A
+// backend implementing driver.Taker (memory, Redis, the decorators over
+// them) takes in one call; on other backends (memcached) the throttler
+// peeks and decides the headroom it saw, and peeks again if a concurrent
+// request took it first. A backend failure follows the failure mode:
+// FailOpen grants min(n, capacity), FailClosed grants nothing, FailLocal
+// takes up to n from this process's share on the local store. Errors are as for AllowN; n must be at
+// least 1.
+func (t *Throttler) AllowUpTo(ctx context.Context, p *Policy, id string, n int64) (Result, error) {
+	if err := t.check(p, id, n); err != nil {
+		return Result{}, err
+	}
+	if n < 1 {
+		return Result{}, fmt.Errorf("%w: AllowUpTo(%d): want at least 1 unit", ErrInvalidCost, n)
+	}
+	now, err := t.now()
+	if err != nil {
+		return Result{}, err
+	}
+	req := driver.Request{Policy: p.compiled, Identifier: id, Cost: n, Now: now}
+	if t.denies != nil {
+		if r, ok := t.denies.lookup(p, id, 1, now); ok {
+			if len(t.observers) > 0 {
+				t.observe(ctx, "allow", p, req, &r, nil, 0)
+			}
+			return r, nil
+		}
+	}
+	var limits []LimitResult
+	limits, req.Buffer = buffers(len(p.compiled.Limits))
+	out, lat, err := t.call(ctx, p, req, func(ctx context.Context) (driver.Outcome, error) { return t.take(ctx, req) })
+	// The result is evaluated as the decision of the units granted, or,
+	// when none were, of one unit; a failure mode decides min(n, capacity).
+	if err == nil {
+		req.Cost = max(out.Granted, 1)
+	} else {
+		req.Cost = min(n, p.compiled.Capacity)
+	}
+	r, err := t.finish(ctx, "take", p, req, limits, out, lat, err)
+	if err == nil && !r.Allowed {
+		r.Granted = 0
+		if t.denies != nil && !r.Degraded {
+			t.denies.remember(p, r, 1)
+		}
+	}
+	return r, err
+}
+
+// take runs one take-up-to-N on the backend: one call of driver.Taker, or
+// rounds of a peek and a decision of the headroom it showed.
+func (t *Throttler) take(ctx context.Context, req driver.Request) (driver.Outcome, error) {
+	if tk, ok := t.backend.(driver.Taker); ok {
+		return tk.Take(ctx, req)
+	}
+	var out driver.Outcome
+	for range takeAttempts {
+		var err error
+		out, err = t.peek(ctx, req)
+		if err != nil {
+			return driver.Outcome{}, err
+		}
+		k := min(req.Cost, driver.Headroom(req.Policy, req.Now, out.States))
+		if k <= 0 {
+			return driver.Outcome{States: out.States}, nil
+		}
+		decide := req
+		decide.Cost = k
+		out, err = t.backend.Decide(ctx, decide)
+		if err != nil {
+			return driver.Outcome{}, err
+		}
+		if out.Allowed {
+			out.Granted = k
+			return out, nil
+		}
+	}
+	// Every round lost its headroom to concurrent requests: nothing
+	// granted, with the states of the last denial.
+	return driver.Outcome{States: out.States}, nil
+}
