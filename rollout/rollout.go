@@ -173,6 +173,32 @@ func (b *Backend) Decide(ctx context.Context, req driver.Request) (driver.Outcom
 	return out, nil
 }
 
+// Take implements driver.Taker: the serving backend takes (its own Take, or
+// driver.TakeWith's rounds of a peek and a decision), and the other one
+// sees the units granted as it sees a decision of that cost: mirrored in
+// MirrorMode, compared in ShadowMode (a take that granted nothing is
+// compared as a denied request of one unit).
+func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Outcome, error) {
+	if err := b.ready(); err != nil {
+		return driver.Outcome{}, err
+	}
+	side := b.route(req.Identifier)
+	out, err := driver.TakeWith(ctx, b.backends[side], req)
+	if err != nil || b.mode == SplitMode {
+		return out, err
+	}
+	req.Buffer = nil // out may live in it
+	req.Cost = max(out.Granted, 1)
+	if b.mode == MirrorMode {
+		if out.Granted > 0 {
+			b.mirror(ctx, side.other(), req)
+		}
+		return out, nil
+	}
+	b.shadow(ctx, side, req, out)
+	return out, nil
+}
+
 // mirror records req.Cost units, already allowed on the serving backend, on
 // the backend of side. The secondary decides as usual, so it takes them
 // whole when it has room; when it has less (its state diverged, say it held
@@ -342,6 +368,7 @@ var (
 	_ driver.Backend  = (*Backend)(nil)
 	_ driver.Peeker   = (*Backend)(nil)
 	_ driver.Refunder = (*Backend)(nil)
+	_ driver.Taker    = (*Backend)(nil)
 	_ driver.Resetter = (*Backend)(nil)
 	_ driver.Pinger   = (*Backend)(nil)
 	_ driver.Closer   = (*Backend)(nil)

@@ -7,11 +7,6 @@ import (
 	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
-// takeAttempts bounds the peek-then-decide rounds of AllowUpTo on a backend
-// without driver.Taker, when concurrent requests keep taking the headroom
-// it saw.
-const takeAttempts = 4
-
 // AllowUpTo takes up to n units for identifier id under policy p: it grants
 // the largest k <= n that every limit of p allows at once, and charges k to
 // every limit in one atomic step, so that a batch never spends a minute's
@@ -68,35 +63,7 @@ func (t *Throttler) AllowUpTo(ctx context.Context, p *Policy, id string, n int64
 	return r, err
 }
 
-// take runs one take-up-to-N on the backend: one call of driver.Taker, or
-// rounds of a peek and a decision of the headroom it showed.
+// take runs one take-up-to-N on the backend (driver.TakeWith).
 func (t *Throttler) take(ctx context.Context, req driver.Request) (driver.Outcome, error) {
-	if tk, ok := t.backend.(driver.Taker); ok {
-		return tk.Take(ctx, req)
-	}
-	var out driver.Outcome
-	for range takeAttempts {
-		var err error
-		out, err = t.peek(ctx, req)
-		if err != nil {
-			return driver.Outcome{}, err
-		}
-		k := min(req.Cost, driver.Headroom(req.Policy, req.Now, out.States))
-		if k <= 0 {
-			return driver.Outcome{States: out.States}, nil
-		}
-		decide := req
-		decide.Cost = k
-		out, err = t.backend.Decide(ctx, decide)
-		if err != nil {
-			return driver.Outcome{}, err
-		}
-		if out.Allowed {
-			out.Granted = k
-			return out, nil
-		}
-	}
-	// Every round lost its headroom to concurrent requests: nothing
-	// granted, with the states of the last denial.
-	return driver.Outcome{States: out.States}, nil
+	return driver.TakeWith(ctx, t.backend, req)
 }

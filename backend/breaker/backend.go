@@ -103,6 +103,12 @@ func (b *Backend) Refund(ctx context.Context, req driver.Request) (driver.Outcom
 	})
 }
 
+// Take implements driver.Taker with the wrapped backend's Take, or
+// driver.TakeWith's rounds of a peek and a decision, behind the breaker.
+func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Outcome, error) {
+	return guard(b, func() (driver.Outcome, error) { return driver.TakeWith(ctx, b.next, req) })
+}
+
 // Reset implements driver.Resetter. A wrapped backend without Resetter gives
 // an error wrapping errors.ErrUnsupported.
 func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string) error {
@@ -144,6 +150,7 @@ func (b *Backend) Close() error {
 var (
 	_ driver.Peeker   = (*Backend)(nil)
 	_ driver.Refunder = (*Backend)(nil)
+	_ driver.Taker    = (*Backend)(nil)
 	_ driver.Resetter = (*Backend)(nil)
 	_ driver.Pinger   = (*Backend)(nil)
 	_ driver.Closer   = (*Backend)(nil)

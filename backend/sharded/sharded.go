@@ -86,6 +86,7 @@ var (
 	_ driver.Backend  = (*Backend)(nil)
 	_ driver.Peeker   = (*Backend)(nil)
 	_ driver.Refunder = (*Backend)(nil)
+	_ driver.Taker    = (*Backend)(nil)
 	_ driver.Resetter = (*Backend)(nil)
 	_ driver.Pinger   = (*Backend)(nil)
 	_ driver.Closer   = (*Backend)(nil)
@@ -223,6 +224,20 @@ func (b *Backend) Decide(ctx context.Context, req driver.Request) (driver.Outcom
 	out, err := s.primary.Decide(ctx, req)
 	if err != nil {
 		return driver.Outcome{}, &ShardError{Shard: s.name, Op: "decide", Err: err}
+	}
+	return out, nil
+}
+
+// Take implements driver.Taker on the identifier's primary, with its own
+// Take or driver.TakeWith's rounds of a peek and a decision.
+func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Outcome, error) {
+	s := b.route(req.Identifier)
+	if s == nil {
+		return driver.Outcome{}, errNoShards
+	}
+	out, err := driver.TakeWith(ctx, s.primary, req)
+	if err != nil {
+		return driver.Outcome{}, &ShardError{Shard: s.name, Op: "take", Err: err}
 	}
 	return out, nil
 }

@@ -108,6 +108,54 @@ type Taker interface {
 	Take(ctx context.Context, req Request) (Outcome, error)
 }
 
+// takeAttempts bounds the rounds of TakeWith when concurrent requests keep
+// taking the headroom it saw.
+const takeAttempts = 4
+
+// TakeWith takes up to req.Cost units on b: with b's own Take when b is a
+// Taker; otherwise by rounds of a peek (Peeker, or Decide with cost 0) and
+// a Decide of the headroom the peek showed, until a Decide is allowed or
+// the headroom is gone. Each round is atomic; a round whose headroom a
+// concurrent request took first is tried again, up to four times. It is
+// the fallback the throttler and the decorators use for backends without
+// Taker.
+func TakeWith(ctx context.Context, b Backend, req Request) (Outcome, error) {
+	if tk, ok := b.(Taker); ok {
+		return tk.Take(ctx, req)
+	}
+	var out Outcome
+	for range takeAttempts {
+		peek := req
+		peek.Cost = 0
+		var err error
+		if pk, ok := b.(Peeker); ok {
+			out, err = pk.Peek(ctx, peek)
+		} else {
+			out, err = b.Decide(ctx, peek)
+		}
+		if err != nil {
+			return Outcome{}, err
+		}
+		k := min(req.Cost, Headroom(req.Policy, req.Now, out.States))
+		if k <= 0 {
+			return Outcome{States: out.States}, nil
+		}
+		decide := req
+		decide.Cost = k
+		out, err = b.Decide(ctx, decide)
+		if err != nil {
+			return Outcome{}, err
+		}
+		if out.Allowed {
+			out.Granted = k
+			return out, nil
+		}
+	}
+	// Every round lost its headroom to concurrent requests: nothing
+	// granted, with the states of the last denial.
+	return Outcome{States: out.States}, nil
+}
+
 // Pinger is implemented by backends that can check their store is reachable.
 //
 // Fallback: without Pinger, the throttler's Ping reports nil.
