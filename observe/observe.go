@@ -82,12 +82,10 @@ func ErrorKind(err error) string {
 	if err == nil {
 		return ""
 	}
-	var ne net.Error
 	switch {
 	case errors.Is(err, breaker.ErrOpen):
 		return KindBreakerOpen
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
-		errors.As(err, &ne) && ne.Timeout():
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), timedOut(err):
 		return KindTimeout
 	case errors.Is(err, context.Canceled):
 		return KindCanceled
@@ -96,11 +94,54 @@ func ErrorKind(err error) string {
 	case errors.Is(err, driver.ErrBadReply):
 		return KindBadReply
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed), errors.As(err, new(*net.OpError)),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed), netOp(err),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return KindUnreachable
 	}
 	return KindOther
+}
+
+// timedOut reports whether an error in err's chain says it timed out (a
+// net.Error's Timeout). It walks the chain itself, as errors.As would, so
+// that classifying costs no allocation.
+func timedOut(err error) bool {
+	return walk(err, func(e error) bool {
+		t, ok := e.(interface{ Timeout() bool })
+		return ok && t.Timeout()
+	})
+}
+
+// netOp reports whether err's chain holds a *net.OpError: a failed dial,
+// read or write.
+func netOp(err error) bool {
+	return walk(err, func(e error) bool {
+		_, ok := e.(*net.OpError)
+		return ok
+	})
+}
+
+// walk reports whether f holds for err or any error it wraps, depth first
+// as errors.Is visits them.
+func walk(err error, f func(error) bool) bool {
+	for err != nil {
+		if f(err) {
+			return true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if walk(e, f) {
+					return true
+				}
+			}
+			return false
+		default:
+			return false
+		}
+	}
+	return false
 }
 
 // NearLimit reports whether an allowed decision left its binding limit

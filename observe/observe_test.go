@@ -58,3 +58,18 @@ func TestNearLimit(t *testing.T) {
 	assert.False(t, observe.NearLimit(&throttler.Result{Limit: 10}, 0.2), "a denial is over the limit")
 	assert.False(t, observe.NearLimit(&throttler.Result{Allowed: true, Degraded: true, Limit: 10}, 0.2))
 }
+
+// TestErrorKindAllocatesNothing: classifying runs on the request path of
+// every failed call.
+func TestErrorKindAllocatesNothing(t *testing.T) {
+	errs := []error{
+		fmt.Errorf("%w: %w", throttler.ErrBackend, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}),
+		fmt.Errorf("%w: %w", throttler.ErrBackend, context.DeadlineExceeded),
+		fmt.Errorf("%w: %w", throttler.ErrBackend, errors.New("ERR something")),
+	}
+	for _, err := range errs {
+		if n := testing.AllocsPerRun(100, func() { _ = observe.ErrorKind(err) }); n != 0 {
+			t.Errorf("ErrorKind(%v): %v allocations", err, n)
+		}
+	}
+}
