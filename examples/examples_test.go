@@ -52,6 +52,11 @@ var examples = []example{
 		"user:1 allowed=true remaining=2", "user:1 allowed=false remaining=0",
 		"user:3 allowed=false remaining=0", "user:1 lives on group ",
 	}},
+	{dir: "partner-quota", env: redisEnv, want: []string{
+		"granted: ", "calls; ",
+		"        300/min   300      300          0",
+		"        15750/h   300    15750      15450",
+	}},
 	{dir: "rollout-static", env: rolloutEnv, want: []string{
 		"user:1 served by the", "user:4 served by the",
 		"user:1 now on the new store: allowed=true remaining=1",
