@@ -148,6 +148,13 @@
 //	GCRA 2: Limit = B, Remaining, Used            GCRATimeline, GCRABurstTimeline, ClockBackwardsGCRA; every subtest
 //	GCRA 3: ResetAt = max(TAT', now)              GCRATimeline, ClosedWindowIgnoredGCRA
 //	GCRA 4: RetryAfter = newTAT - B*T - now       GCRARetryAfterIsExact; every subtest
+//	Sliding 1-2: counts in force, allowed iff,    SlidingWindowTimeline, SlidingWindowClockBehind,
+//	  a clock ahead's window kept                 DifferentialAgainstModel
+//	Sliding 3-4: Remaining, Used, ResetAt         SlidingWindowTimeline; every subtest
+//	Sliding 5: RetryAfter exact, <= ResetAt - now SlidingWindowRetryAfterIsExact; every subtest
+//	Sliding 6: refund of the current window       DifferentialAgainstModel
+//	Take up to N: largest k, charged atomically   TakeUpToTightestLimit, TakeUpToEveryAlgorithm,
+//	  to every limit; Granted                     ConcurrentTakeExact, DifferentialAgainstModel
 //	Never succeed: cost > Max or B is refused,    CostExceedsCapacityFixed, CostExceedsCapacityGCRA,
 //	  no state change, RetryAfter Never           CostExceedsCapacityPolicy, GCRATimeline, GCRABurstTimeline
 //	Policies 1: all or nothing                    PolicyAllOrNothing, ConcurrentPolicyAllOrNothing, ZeroCostOpensNothing
