@@ -26,7 +26,10 @@ const manyIdentifiers = 10_000
 //   - ThreeLimitPolicy: one identifier under a policy of three limits (a
 //     second, minute and hour limit), decided together;
 //   - Peek: peeks at one identifier (through Peeker when the backend has
-//     it, otherwise Decide with cost 0).
+//     it, otherwise Decide with cost 0);
+//   - GCRA and SlidingWindow: ManyIdentifiers under a GCRA limit and under
+//     a sliding-window limit, beside the fixed window's figure;
+//   - TakeUpTo: AllowUpTo(5) over the 10,000 identifiers.
 //
 // Quotas are high enough that every decision is allowed, so the
 // benchmarks measure the path that writes. Each reports decisions/s. A
@@ -38,6 +41,8 @@ func RunBenchmarks(b *testing.B, newHarness HarnessMaker) {
 		throttler.PerSecond(huge).Named("second"),
 		throttler.PerMinute(huge).Named("minute"),
 		throttler.PerHour(huge).Named("hour"))
+	gcra := benchPolicy(b, "bench-gcra", throttler.PerHour(huge).Using(throttler.GCRA).Named("hour"))
+	sliding := benchPolicy(b, "bench-sliding", throttler.PerHour(1e9).Using(throttler.SlidingWindow).Named("hour"))
 	many := make([]string, manyIdentifiers)
 	for i := range many {
 		many[i] = fmt.Sprintf("user:%d", i)
@@ -46,20 +51,32 @@ func RunBenchmarks(b *testing.B, newHarness HarnessMaker) {
 		name string
 		p    *throttler.Policy
 		ids  []string
-		peek bool
+		op   benchOp
 	}{
-		{"HotIdentifier", hot, []string{"hot"}, false},
-		{"ManyIdentifiers", hot, many, false},
-		{"ThreeLimitPolicy", three, []string{"hot"}, false},
-		{"Peek", hot, []string{"hot"}, true},
+		{"HotIdentifier", hot, []string{"hot"}, benchAllow},
+		{"ManyIdentifiers", hot, many, benchAllow},
+		{"ThreeLimitPolicy", three, []string{"hot"}, benchAllow},
+		{"Peek", hot, []string{"hot"}, benchPeek},
+		{"GCRA", gcra, many, benchAllow},
+		{"SlidingWindow", sliding, many, benchAllow},
+		{"TakeUpTo", hot, many, benchTake},
 	} {
 		for _, goroutines := range []int{1, 16, 64} {
 			b.Run(fmt.Sprintf("%s/goroutines=%d", c.name, goroutines), func(b *testing.B) {
-				benchDecisions(b, newHarness, goroutines, c.p, c.ids, c.peek)
+				benchDecisions(b, newHarness, goroutines, c.p, c.ids, c.op)
 			})
 		}
 	}
 }
+
+// benchOp is the operation a benchmark repeats.
+type benchOp int
+
+const (
+	benchAllow benchOp = iota // AllowN(1)
+	benchPeek                 // Peek
+	benchTake                 // AllowUpTo(5)
+)
 
 func benchPolicy(b *testing.B, name string, limits ...throttler.Limit) *throttler.Policy {
 	b.Helper()
@@ -72,7 +89,7 @@ func benchPolicy(b *testing.B, name string, limits ...throttler.Limit) *throttle
 
 // benchDecisions runs b.N decisions split over goroutines, goroutine g
 // cycling through ids from its own offset.
-func benchDecisions(b *testing.B, newHarness HarnessMaker, goroutines int, p *throttler.Policy, ids []string, peek bool) {
+func benchDecisions(b *testing.B, newHarness HarnessMaker, goroutines int, p *throttler.Policy, ids []string, op benchOp) {
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
 	h, err := newHarness(ctx, b)
@@ -113,9 +130,12 @@ func benchDecisions(b *testing.B, newHarness HarnessMaker, goroutines int, p *th
 					r   throttler.Result
 					err error
 				)
-				if peek {
+				switch op {
+				case benchPeek:
 					r, err = thr.Peek(ctx, p, ids[next])
-				} else {
+				case benchTake:
+					r, err = thr.AllowUpTo(ctx, p, ids[next], 5)
+				default:
 					r, err = thr.AllowN(ctx, p, ids[next], 1)
 				}
 				if err == nil && r.Degraded {
