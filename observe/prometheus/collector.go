@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -32,7 +33,24 @@ type config struct {
 	buckets   []float64
 	breakers  []func() []breaker.Status
 	rollouts  []namedRollout
+	quotas    []quotaGauge
 }
+
+// quotaGauge is a set of subjects whose remaining quota is read at every
+// scrape.
+type quotaGauge struct {
+	t        *throttler.Throttler
+	p        *throttler.Policy
+	subjects []string
+}
+
+// MaxQuotaSubjects bounds the subjects of all WithQuotaGauge options of one
+// Collector: each is a backend call at every scrape and a time series per
+// limit.
+const MaxQuotaSubjects = 100
+
+// quotaScrapeTimeout bounds the peeks of one scrape.
+const quotaScrapeTimeout = 2 * time.Second
 
 type namedRollout struct {
 	name string
@@ -111,6 +129,35 @@ func WithRollout(name string, b *rollout.Backend) Option {
 	}
 }
 
+// WithQuotaGauge exports, for each of a few subjects the program names (a
+// partner's API key, an outbound quota shared by a fleet), the remaining
+// quota of every limit of p as throttlekit_quota_remaining{policy, limit,
+// subject} and the limit itself as throttlekit_quota_limit, read with a
+// Peek through t at every scrape. Subjects are identifiers, so this is the
+// one place an identifier becomes a label: name only a handful, at most
+// MaxQuotaSubjects in all. It may be given several times.
+func WithQuotaGauge(t *throttler.Throttler, p *throttler.Policy, subjects ...string) Option {
+	return func(c *config) error {
+		if t == nil || p == nil || len(subjects) == 0 {
+			return fmt.Errorf("%w: WithQuotaGauge needs a throttler, a policy and subjects", throttler.ErrInvalidOption)
+		}
+		n := len(subjects)
+		for _, q := range c.quotas {
+			n += len(q.subjects)
+		}
+		if n > MaxQuotaSubjects {
+			return fmt.Errorf("%w: WithQuotaGauge: %d subjects, at most %d", throttler.ErrInvalidOption, n, MaxQuotaSubjects)
+		}
+		for _, s := range subjects {
+			if s == "" {
+				return fmt.Errorf("%w: WithQuotaGauge: an empty subject", throttler.ErrInvalidOption)
+			}
+		}
+		c.quotas = append(c.quotas, quotaGauge{t, p, append([]string(nil), subjects...)})
+		return nil
+	}
+}
+
 // Collector counts a throttler's decisions and backend calls, and reads
 // breakers and rollouts when scraped. Give it to throttler.WithObserver and
 // register it with a prometheus.Registerer; one Collector may observe
@@ -129,6 +176,9 @@ type Collector struct {
 	rolloutKilled   *prometheus.Desc
 	rolloutEvents   *prometheus.Desc
 	rolloutMismatch *prometheus.Desc
+	quotaRemaining  *prometheus.Desc
+	quotaLimit      *prometheus.Desc
+	quotaErrors     *prometheus.Desc
 
 	mu       sync.Mutex // held to add series to the maps below
 	policies atomic.Pointer[map[string]*policySeries]
@@ -194,6 +244,15 @@ func New(opts ...Option) (*Collector, error) {
 		rolloutMismatch: prometheus.NewDesc(ns+"_rollout_mismatches_total",
 			"Shadow-mode mismatches by kind (allowed_denied, denied_allowed, remaining, reset); one decision can differ in several ways.",
 			[]string{"rollout", "kind"}, nil),
+		quotaRemaining: prometheus.NewDesc(ns+"_quota_remaining",
+			"Remaining quota of a subject named with WithQuotaGauge, per limit, read at the scrape.",
+			[]string{"policy", "limit", "subject"}, nil),
+		quotaLimit: prometheus.NewDesc(ns+"_quota_limit",
+			"The quota of each limit of a subject named with WithQuotaGauge.",
+			[]string{"policy", "limit", "subject"}, nil),
+		quotaErrors: prometheus.NewDesc(ns+"_quota_scrape_errors",
+			"1 when the last scrape could not read a WithQuotaGauge subject (its gauges are then absent).",
+			[]string{"policy", "subject"}, nil),
 	}
 	c.policies.Store(&map[string]*policySeries{})
 	c.calls.Store(&map[callKey]*callSeries{})
@@ -321,6 +380,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.rolloutKilled
 	ch <- c.rolloutEvents
 	ch <- c.rolloutMismatch
+	ch <- c.quotaRemaining
+	ch <- c.quotaLimit
+	ch <- c.quotaErrors
 }
 
 // Collect implements prometheus.Collector.
@@ -346,6 +408,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.breakerRejected, prometheus.CounterValue, float64(s.Rejected), s.Server)
 		}
 	}
+	c.collectQuotas(ch)
 	for _, r := range c.cfg.rollouts {
 		ratio, killed := 0.0, 0.0
 		if sp := r.b.Source().Split(); sp != nil {
@@ -376,6 +439,34 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			{"remaining", st.RemainingDiffers}, {"reset", st.ResetDiffers},
 		} {
 			ch <- prometheus.MustNewConstMetric(c.rolloutMismatch, prometheus.CounterValue, float64(m.v), r.name, m.kind)
+		}
+	}
+}
+
+// collectQuotas peeks every WithQuotaGauge subject, all within
+// quotaScrapeTimeout.
+func (c *Collector) collectQuotas(ch chan<- prometheus.Metric) {
+	if len(c.cfg.quotas) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), quotaScrapeTimeout)
+	defer cancel()
+	for _, q := range c.cfg.quotas {
+		policy := q.p.Name()
+		for _, subject := range q.subjects {
+			r, err := q.t.Peek(ctx, q.p, subject)
+			failed := 0.0
+			if err != nil || r.Degraded {
+				failed = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.quotaErrors, prometheus.GaugeValue, failed, policy, subject)
+			if failed != 0 {
+				continue
+			}
+			for _, l := range r.Limits {
+				ch <- prometheus.MustNewConstMetric(c.quotaRemaining, prometheus.GaugeValue, float64(l.Remaining), policy, l.Name, subject)
+				ch <- prometheus.MustNewConstMetric(c.quotaLimit, prometheus.GaugeValue, float64(l.Limit), policy, l.Name, subject)
+			}
 		}
 	}
 }

@@ -250,3 +250,43 @@ func TestNamespace(t *testing.T) {
 	assert.Contains(t, f, "edge_decisions_total")
 	assert.False(t, errors.Is(err, throttler.ErrInvalidOption))
 }
+
+// TestQuotaGauge: the remaining quota of named subjects, per limit, read
+// at the scrape; other identifiers never appear.
+func TestQuotaGauge(t *testing.T) {
+	ctx := context.Background()
+	_, clock := testkit.Clock()
+	th := testkit.Throttler(t, memorybackend.New(), clock)
+	p := testkit.Policy(t, "partner", "300/min, 15750/h")
+	c, err := promobserver.New(promobserver.WithQuotaGauge(th, p, "partner:acme"))
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(c))
+	r, err := th.AllowUpTo(ctx, p, "partner:acme", 120)
+	require.NoError(t, err)
+	require.EqualValues(t, 120, r.Granted)
+	_, err = th.AllowN(ctx, p, "someone-else", 5)
+	require.NoError(t, err)
+
+	f := scrape(t, reg)
+	got := func(name string, kv ...string) float64 {
+		v, ok := value(f, name, labels(kv...))
+		require.True(t, ok, "%s%v", name, kv)
+		return v
+	}
+	assert.Equal(t, 180.0, got("throttlekit_quota_remaining", "policy", "partner", "limit", "300/min", "subject", "partner:acme"))
+	assert.Equal(t, 15630.0, got("throttlekit_quota_remaining", "policy", "partner", "limit", "15750/h", "subject", "partner:acme"))
+	assert.Equal(t, 300.0, got("throttlekit_quota_limit", "policy", "partner", "limit", "300/min", "subject", "partner:acme"))
+	assert.Equal(t, 0.0, got("throttlekit_quota_scrape_errors", "policy", "partner", "subject", "partner:acme"))
+	_, ok := value(f, "throttlekit_quota_remaining", labels("subject", "someone-else"))
+	assert.False(t, ok)
+
+	subjects := make([]string, promobserver.MaxQuotaSubjects+1)
+	for i := range subjects {
+		subjects[i] = fmt.Sprint("s", i)
+	}
+	_, err = promobserver.New(promobserver.WithQuotaGauge(th, p, subjects...))
+	assert.ErrorIs(t, err, throttler.ErrInvalidOption)
+	_, err = promobserver.New(promobserver.WithQuotaGauge(nil, p, "x"))
+	assert.ErrorIs(t, err, throttler.ErrInvalidOption)
+}

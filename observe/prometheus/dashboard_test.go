@@ -93,8 +93,8 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 			}
 		}
 	}
-	// The dashboard shows every metric of the issue: decisions, near
-	// limit, latency, errors, breakers and the rollout.
+	// The dashboard shows every metric the collector exports: decisions,
+	// near limit, latency, errors, breakers, the rollout and quota gauges.
 	for name := range exported {
 		assert.True(t, used[name], "the dashboard shows nothing of %s", name)
 	}
@@ -111,7 +111,9 @@ func exportedLabels(t *testing.T) map[string]map[string]bool {
 	require.NoError(t, err)
 	ro, err := rollout.New(memorybackend.New(), memorybackend.New(), src)
 	require.NoError(t, err)
-	c, err := promobserver.New(promobserver.WithBreakers(guarded.Breakers), promobserver.WithRollout("main", ro))
+	quota := testkit.Throttler(t, memorybackend.New())
+	c, err := promobserver.New(promobserver.WithBreakers(guarded.Breakers), promobserver.WithRollout("main", ro),
+		promobserver.WithQuotaGauge(quota, testkit.Policy(t, "partner", "300/min"), "partner:acme"))
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(c))

@@ -23,6 +23,9 @@
 //	throttlekit_rollout_killed{rollout}                        gauge, 0 or 1
 //	throttlekit_rollout_events_total{rollout, event}           counter
 //	throttlekit_rollout_mismatches_total{rollout, kind}        counter
+//	throttlekit_quota_remaining{policy, limit, subject}        gauge (WithQuotaGauge)
+//	throttlekit_quota_limit{policy, limit, subject}            gauge (WithQuotaGauge)
+//	throttlekit_quota_scrape_errors{policy, subject}           gauge (WithQuotaGauge)
 //
 // limit is the binding limit's name (the denying one for a denial, the
 // tightest for an allowance; "10/s" unless the policy names it). outcome is
@@ -48,6 +51,10 @@
 // unbounded and each label value is a time series held in memory by the
 // collector and the server. Labels take policy names, limit names,
 // backend kinds, operations and server addresses, which a program fixes.
+// The one exception is opt-in and bounded: WithQuotaGauge labels the
+// remaining quota of at most MaxQuotaSubjects subjects the program names
+// itself, such as the outbound quota a fleet of workers shares with a
+// partner.
 //
 // # Cost
 //
