@@ -30,7 +30,17 @@
 // multiples of Window since the Unix epoch. Both store the count and the
 // window end, so every result of one window carries the identical ResetAt,
 // from every process and backend. GCRA allows a smooth rate with a burst.
-// docs/SPEC.md gives the exact arithmetic.
+// SlidingWindow weighs the previous aligned window's count by how much of
+// it the last Window still covers: smooth like GCRA, with the "Max per
+// Window" meaning. docs/SPEC.md gives the exact arithmetic of each.
+//
+// # Batches and waiting
+//
+// AllowUpTo grants the largest batch, up to n, that every limit of a
+// policy allows, charged to all of them at once, and reports it in
+// Result.Granted. Wait and WaitN block until a request is allowed, sleeping
+// the RetryAfter the backend reports, and return at once with
+// ErrWaitExceedsDeadline when the context's deadline comes first.
 //
 // # Results
 //

@@ -19,15 +19,16 @@
 // expiry it sets on stored state is garbage collection only.
 //
 // A backend answers with an Outcome: its verdict and the states after the
-// operation. Decide, Refund and Evaluate define what those must be. The
+// operation. Decide, Refund, Take and Evaluate define what those must be. The
 // memory backend calls Decide under a lock; the Redis scripts mirror it line
 // for line, and a test runs both on the same random sequences.
 //
 // # Capabilities
 //
-// Backend has one method. Peeker, Refunder, Resetter, Pinger, Nonblocking
-// and Closer are optional, found by type assertion; each documents what the
-// throttler does when it is missing.
+// Backend has one method. Peeker, Refunder, Resetter, Pinger, Taker,
+// Nonblocking and Closer are optional, found by type assertion; each
+// documents what the throttler does when it is missing (TakeWith is
+// Taker's fallback, for decorators too).
 //
 // # Errors
 //
