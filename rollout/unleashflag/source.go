@@ -446,6 +446,16 @@ type Status struct {
 	LastFetch time.Time
 }
 
+// LastFetch returns when the server last answered a fetch of the toggles
+// (200 or 304), zero before the first answer: how fresh the split in force
+// is. Status reports it too.
+func (s *Source) LastFetch() time.Time {
+	if ns := s.lastAnswer.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
 // Status returns the source's history.
 func (s *Source) Status() Status {
 	st := Status{Split: s.split.Load(), Updates: s.updates.Load(), Rejected: s.rejected.Load(),
