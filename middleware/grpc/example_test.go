@@ -1,0 +1,67 @@
+package grpclimit_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
+	grpclimit "github.com/throttlekit/throttlekit/middleware/grpc"
+	"github.com/throttlekit/throttlekit/throttler"
+)
+
+// A gRPC server limited to 2 calls a minute per peer address; the third
+// call is refused with RetryInfo.
+func Example() {
+	clock := throttler.NewManualClock(time.Date(2030, 1, 1, 0, 0, 30, 0, time.UTC))
+	t, err := throttler.New(memorybackend.New(), throttler.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	policy, err := throttler.ParsePolicy("grpc", "2/min")
+	if err != nil {
+		panic(err)
+	}
+	lim, err := grpclimit.New(t, policy, grpclimit.PeerAddress())
+	if err != nil {
+		panic(err)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(lim.UnaryServerInterceptor()))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		panic(err)
+	}
+	defer conn.Close()
+	client := healthpb.NewHealthClient(conn)
+	for range 3 {
+		_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		st := status.Convert(err)
+		fmt.Print(st.Code())
+		for _, d := range st.Details() {
+			if ri, ok := d.(*errdetails.RetryInfo); ok {
+				fmt.Print(", retry in ", ri.GetRetryDelay().AsDuration())
+			}
+		}
+		fmt.Println()
+	}
+	// Output:
+	// OK
+	// OK
+	// ResourceExhausted, retry in 1m0s
+}
