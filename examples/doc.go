@@ -2,6 +2,7 @@
 // runnable program that README.md shows verbatim, one per backend and
 // deployment (in process, Redis standalone, Cluster and Sentinel, memcached,
 // sharded Redis groups, a rollout with a static source and with Unleash),
+// one wiring metrics, logs and the debug page (observability),
 // and one for outbound calls: a fleet of workers sharing a partner's
 // five-window quota with AllowUpTo and Wait (partner-quota).
 // examples_test.go builds every program, runs it against real servers it

@@ -52,6 +52,13 @@ var examples = []example{
 		"user:1 allowed=true remaining=2", "user:1 allowed=false remaining=0",
 		"user:3 allowed=false remaining=0", "user:1 lives on group ",
 	}},
+	{dir: "observability", want: []string{
+		`level=INFO msg="throttlekit: denied" policy=api identifier=alice outcome=denied limit=3/min quota=3 remaining=0 backend=memory`,
+		`throttlekit_decisions_total{limit="3/min",outcome="allowed",policy="api"} 4`,
+		`throttlekit_decisions_total{limit="3/min",outcome="denied",policy="api"} 1`,
+		`throttlekit_near_limit_total{limit="3/min",policy="api"} 1`,
+		"debug page names alice: true",
+	}},
 	{dir: "partner-quota", env: redisEnv, want: []string{
 		"granted: ", "calls; ",
 		"        300/min   300      300          0",
