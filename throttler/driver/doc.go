@@ -25,9 +25,17 @@
 //
 // # Capabilities
 //
-// Backend has one method. Peeker, Refunder, Resetter, Pinger, Nonblocking
-// and Closer are optional, found by type assertion; each documents what the
-// throttler does when it is missing.
+// Backend has one method. Peeker, Refunder, Resetter, Pinger, Nonblocking,
+// Closer and Leaser are optional, found by type assertion; each documents
+// what the throttler does when it is missing.
+//
+// # Concurrency leases
+//
+// Leaser holds the leases of concurrency limits (ConcurrencyLimit): per
+// identifier and limit, a set of lease IDs with their expiries. The
+// throttler generates each ID and sends it with the request, with Now;
+// AcquireLease and ReleaseLease define what the store must do with them,
+// and an expired lease counts as released whatever the store holds.
 //
 // # Errors
 //
