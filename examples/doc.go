@@ -1,7 +1,8 @@
 // Package examples holds no code of its own: each directory below it is a
 // runnable program that README.md shows verbatim, one per backend and
 // deployment (in process, Redis standalone, Cluster and Sentinel, memcached,
-// sharded Redis groups, a rollout with a static source and with Unleash).
+// sharded Redis groups, a rollout with a static source and with Unleash),
+// and one for concurrency limits.
 // examples_test.go builds every program, runs it against real servers it
 // starts on loopback ports, checks its output, and checks that README.md
 // still shows each program as it is.
