@@ -2,10 +2,12 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
@@ -29,7 +31,11 @@ const manyIdentifiers = 10_000
 //     it, otherwise Decide with cost 0);
 //   - GCRA and SlidingWindow: ManyIdentifiers under a GCRA limit and under
 //     a sliding-window limit, beside the fixed window's figure;
-//   - TakeUpTo: AllowUpTo(5) over the 10,000 identifiers.
+//   - TakeUpTo: AllowUpTo(5) over the 10,000 identifiers;
+//   - Lease: a concurrency lease acquired and released for one identifier
+//     (two backend calls per operation), skipped for a backend without
+//     driver.Leaser; compare it with HotIdentifier, one fixed-window
+//     decision per operation.
 //
 // Quotas are high enough that every decision is allowed, so the
 // benchmarks measure the path that writes. Each reports decisions/s. A
@@ -67,6 +73,95 @@ func RunBenchmarks(b *testing.B, newHarness HarnessMaker) {
 			})
 		}
 	}
+	conc, err := throttler.NewConcurrencyLimit("bench-lease", huge, time.Hour)
+	if err != nil {
+		b.Fatalf("NewConcurrencyLimit: %v", err)
+	}
+	for _, goroutines := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("Lease/goroutines=%d", goroutines), func(b *testing.B) {
+			benchLeases(b, newHarness, goroutines, conc)
+		})
+	}
+}
+
+// benchLeases runs b.N acquire-and-release pairs for one identifier split
+// over goroutines, and reports leases/s.
+func benchLeases(b *testing.B, newHarness HarnessMaker, goroutines int, l *throttler.ConcurrencyLimit) {
+	thr, ctx := benchThrottler(b, newHarness)
+	var (
+		failed   atomic.Int64
+		firstErr atomic.Value
+		wg       sync.WaitGroup
+	)
+	fail := func(err error) {
+		if failed.Add(1) == 1 {
+			firstErr.Store(err.Error())
+		}
+	}
+	if lease, err := thr.Acquire(ctx, l, "hot"); errors.Is(err, errors.ErrUnsupported) {
+		b.Skipf("backend has no concurrency leases: %v", err)
+	} else if err == nil {
+		_ = lease.Release(ctx)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for g := range goroutines {
+		n := b.N / goroutines
+		if g < b.N%goroutines {
+			n++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range n {
+				lease, err := thr.Acquire(ctx, l, "hot")
+				switch {
+				case err != nil:
+					fail(err)
+					continue
+				case lease.Degraded:
+					fail(lease.Err)
+				case !lease.Acquired:
+					fail(fmt.Errorf("refused with %d in flight", lease.InFlight))
+				}
+				if err := lease.Release(ctx); err != nil {
+					fail(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d of %d lease operations failed; first: %v", n, b.N, firstErr.Load())
+	}
+	if s := b.Elapsed().Seconds(); s > 0 {
+		b.ReportMetric(float64(b.N)/s, "leases/s")
+	}
+}
+
+// benchThrottler makes a harness, a backend and a throttler over it on the
+// wall clock, all closed when the benchmark ends.
+func benchThrottler(b *testing.B, newHarness HarnessMaker) (*throttler.Throttler, context.Context) {
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	h, err := newHarness(ctx, b)
+	if err != nil {
+		b.Fatalf("making harness: %v", err)
+	}
+	b.Cleanup(h.Close)
+	backend, err := h.MakeBackend(ctx)
+	if err != nil {
+		b.Fatalf("MakeBackend: %v", err)
+	}
+	thr, err := throttler.New(backend,
+		throttler.WithLogger(nil),
+		throttler.WithObserver(&failureLog{}),
+		throttler.WithCallTimeout(callTimeout))
+	if err != nil {
+		b.Fatalf("throttler.New: %v", err)
+	}
+	return thr, ctx
 }
 
 // benchOp is the operation a benchmark repeats.
@@ -90,25 +185,7 @@ func benchPolicy(b *testing.B, name string, limits ...throttler.Limit) *throttle
 // benchDecisions runs b.N decisions split over goroutines, goroutine g
 // cycling through ids from its own offset.
 func benchDecisions(b *testing.B, newHarness HarnessMaker, goroutines int, p *throttler.Policy, ids []string, op benchOp) {
-	ctx, cancel := context.WithCancel(context.Background())
-	b.Cleanup(cancel)
-	h, err := newHarness(ctx, b)
-	if err != nil {
-		b.Fatalf("making harness: %v", err)
-	}
-	b.Cleanup(h.Close)
-	backend, err := h.MakeBackend(ctx)
-	if err != nil {
-		b.Fatalf("MakeBackend: %v", err)
-	}
-	failures := &failureLog{}
-	thr, err := throttler.New(backend,
-		throttler.WithLogger(nil),
-		throttler.WithObserver(failures),
-		throttler.WithCallTimeout(callTimeout))
-	if err != nil {
-		b.Fatalf("throttler.New: %v", err)
-	}
+	thr, ctx := benchThrottler(b, newHarness)
 	var (
 		failed   atomic.Int64
 		firstErr atomic.Value

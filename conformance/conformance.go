@@ -74,7 +74,7 @@ type subtest struct {
 // Every subtest drives the backend through throttler.New with a
 // throttler.ManualClock starting at T0, so its expectations are exact
 // timelines with no tolerance. Optional capabilities (Refunder, Resetter,
-// Peeker) are checked when the backend implements them and skipped
+// Peeker, Leaser) are checked when the backend implements them and skipped
 // otherwise. A Harness may implement Limitations to declare documented
 // weaker guarantees.
 //
@@ -320,6 +320,19 @@ var suite = []subtest{
 	{"ConcurrentRefund", testConcurrentRefund},
 	{"ConcurrentDistinctIdentifiers", testConcurrentDistinctIdentifiers},
 	{"ManyIdentifiersKeepTheirState", testManyIdentifiersKeepTheirState},
+	// Concurrency limits (leases).
+	{"LeaseAcquireUpToMax", testLeaseAcquireUpToMax},
+	{"LeaseReleaseFreesSlot", testLeaseReleaseFreesSlot},
+	{"LeaseExpiresAfterTTL", testLeaseExpiresAfterTTL},
+	{"LeaseExpiredDoNotCount", testLeaseExpiredDoNotCount},
+	{"LeaseRenew", testLeaseRenew},
+	{"LeaseAcrossInstances", testLeaseAcrossInstances},
+	{"LeaseReleaseUnknownHarmless", testLeaseReleaseUnknownHarmless},
+	{"LeaseOutcomeReportsHeld", testLeaseOutcomeReportsHeld},
+	{"LeaseKeysIndependent", testLeaseKeysIndependent},
+	{"LeaseInvalidInput", testLeaseInvalidInput},
+	{"ConcurrentLeasesExact", testConcurrentLeasesExact},
+	{"ConcurrentLeaseChurn", testConcurrentLeaseChurn},
 	// Identifiers and keys.
 	{"IdentifierEmptyRejected", testIdentifierEmptyRejected},
 	{"IdentifierLength", testIdentifierLength},

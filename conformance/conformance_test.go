@@ -3,6 +3,7 @@ package conformance_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"os/exec"
 	"regexp"
@@ -77,6 +78,15 @@ const (
 	hangsUntilCanceled fault = "hangs-until-canceled"
 	// hangsForever blocks every Decide, ignoring its context.
 	hangsForever fault = "hangs-forever"
+	// leaseNeverExpires keeps counting leases past their expiry, as a store
+	// trusting its own TTL would.
+	leaseNeverExpires fault = "lease-never-expires"
+	// leaseNotAtomic counts, yields, then adds: concurrent acquisitions all
+	// see room.
+	leaseNotAtomic fault = "lease-not-atomic"
+	// releaseByCount frees the earliest lease instead of the one named, so
+	// a second or late release frees somebody else's slot.
+	releaseByCount fault = "release-by-count"
 )
 
 // brokenBackendEnv names the fault TestBrokenBackendChild runs the suite
@@ -104,6 +114,9 @@ func TestBrokenBackendsFail(t *testing.T) {
 		// A negative fixed-window count is healed by throttler.Decide, which
 		// this backend calls, so only the GCRA half of the fault shows.
 		{refundUnclamped, []string{"RefundGCRA"}},
+		{leaseNeverExpires, []string{"LeaseExpiresAfterTTL", "LeaseExpiredDoNotCount", "LeaseRenew", "LeaseAcrossInstances"}},
+		{leaseNotAtomic, []string{"ConcurrentLeasesExact", "ConcurrentLeaseChurn"}},
+		{releaseByCount, []string{"LeaseExpiresAfterTTL", "LeaseReleaseUnknownHarmless", "LeaseOutcomeReportsHeld"}},
 	} {
 		t.Run(string(c.fault), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -204,7 +217,8 @@ func contains(list []string, s string) bool {
 // optional interfaces.
 func referenceMaker(f fault, minimal bool) conformance.HarnessMaker {
 	return func(ctx context.Context, tb testing.TB) (conformance.Harness, error) {
-		return &referenceHarness{store: &store{states: map[stateKey]driver.State{}}, fault: f, minimal: minimal}, nil
+		return &referenceHarness{store: &store{states: map[stateKey]driver.State{}, leases: map[stateKey]map[string]int64{}},
+			fault: f, minimal: minimal}, nil
 	}
 }
 
@@ -242,6 +256,9 @@ func (d decideOnly) Decide(ctx context.Context, req driver.Request) (driver.Outc
 type store struct {
 	mu     sync.Mutex
 	states map[stateKey]driver.State
+	// leases holds each (limit, identifier)'s leases, keyed with an empty
+	// policy.
+	leases map[stateKey]map[string]int64
 }
 
 type stateKey struct{ policy, limit, id string }
@@ -273,6 +290,7 @@ var (
 	_ driver.Refunder = (*referenceBackend)(nil)
 	_ driver.Resetter = (*referenceBackend)(nil)
 	_ driver.Pinger   = (*referenceBackend)(nil)
+	_ driver.Leaser   = (*referenceBackend)(nil)
 )
 
 func (b *referenceBackend) Decide(ctx context.Context, req driver.Request) (driver.Outcome, error) {
@@ -356,6 +374,86 @@ func (b *referenceBackend) Reset(ctx context.Context, p *driver.Policy, id strin
 }
 
 func (b *referenceBackend) Ping(ctx context.Context) error { return ctx.Err() }
+
+// Acquire calls driver.AcquireLease under the store's lock, unless the
+// fault says otherwise.
+func (b *referenceBackend) Acquire(ctx context.Context, req driver.LeaseRequest) (driver.LeaseOutcome, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.LeaseOutcome{}, err
+	}
+	if err := req.Check(); err != nil {
+		return driver.LeaseOutcome{}, err
+	}
+	now := req.Now
+	if b.fault == leaseNotAtomic {
+		b.store.mu.Lock()
+		probe := maps.Clone(b.store.leaseSet(req))
+		b.store.mu.Unlock()
+		out := driver.AcquireLease(req.Limit, probe, req.Lease, now)
+		runtime.Gosched()
+		time.Sleep(20 * time.Microsecond)
+		b.store.mu.Lock()
+		defer b.store.mu.Unlock()
+		if out.Acquired {
+			b.store.leaseSet(req)[req.Lease] = probe[req.Lease]
+		}
+		return out, nil
+	}
+	b.store.mu.Lock()
+	defer b.store.mu.Unlock()
+	set := b.store.leaseSet(req)
+	b.reviveExpiredLeases(set, now)
+	return driver.AcquireLease(req.Limit, set, req.Lease, now), nil
+}
+
+// Release calls driver.ReleaseLease under the store's lock, unless the
+// fault says otherwise.
+func (b *referenceBackend) Release(ctx context.Context, req driver.LeaseRequest) (driver.LeaseOutcome, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.LeaseOutcome{}, err
+	}
+	if err := req.Check(); err != nil {
+		return driver.LeaseOutcome{}, err
+	}
+	b.store.mu.Lock()
+	defer b.store.mu.Unlock()
+	set := b.store.leaseSet(req)
+	b.reviveExpiredLeases(set, req.Now)
+	if b.fault == releaseByCount {
+		first := ""
+		for id, exp := range set {
+			if first == "" || exp < set[first] {
+				first = id
+			}
+		}
+		req.Lease = first
+	}
+	return driver.ReleaseLease(req.Limit, set, req.Lease, req.Now), nil
+}
+
+// reviveExpiredLeases makes expired leases look held one more millisecond,
+// for leaseNeverExpires; the caller holds mu.
+func (b *referenceBackend) reviveExpiredLeases(set map[string]int64, now time.Time) {
+	if b.fault != leaseNeverExpires {
+		return
+	}
+	for id, exp := range set {
+		if exp <= now.UnixMilli() {
+			set[id] = now.UnixMilli() + 1
+		}
+	}
+}
+
+// leaseSet returns req's leases, made on first use; the caller holds mu.
+func (s *store) leaseSet(req driver.LeaseRequest) map[string]int64 {
+	k := stateKey{limit: req.Limit.Key, id: req.Identifier}
+	set := s.leases[k]
+	if set == nil {
+		set = map[string]int64{}
+		s.leases[k] = set
+	}
+	return set
+}
 
 // reviveClosedWindows makes closed fixed windows look open one more
 // millisecond, keeping their count: every closed window for

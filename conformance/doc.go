@@ -97,7 +97,12 @@
 // ResetForgetsState needs driver.Resetter; PeekerMatchesDecide needs
 // driver.Peeker and checks the two routes to a peek (Peek, and Decide
 // with cost 0) give the same answer. Without Refunder the random sequences
-// leave refunds out, and without Resetter, resets.
+// leave refunds out, and without Resetter, resets. The Lease* subtests and
+// ConcurrentLeasesExact and ConcurrentLeaseChurn need driver.Leaser
+// (except LeaseInvalidInput, which checks the throttler's own input
+// checks); a backend without it (memcached) skips them as a declared
+// limitation, and so does a decorator whose lease calls answer an error
+// wrapping errors.ErrUnsupported because the backend it wraps has none.
 //
 // A Harness may implement Limitations to declare a weaker guarantee its
 // backend documents. Caveats.CostAboveOneInexactUnderConcurrency (memcached
@@ -183,6 +188,21 @@
 //	Concurrency: exactly Max per window with      ConcurrentFixedWindowExact, ConcurrentAlignedWindowExact,
 //	  cost 1; GCRA never above its formula;       ConcurrentGCRAExact, ConcurrentCostAboveOne, ConcurrentPolicyAllOrNothing,
 //	  weaker cost > 1 guarantees declared         ConcurrentTwoInstances, ConcurrentRefund, ConcurrentDistinctIdentifiers
+//	Concurrency limits 1: at most Max leases;     LeaseAcquireUpToMax, ConcurrentLeasesExact
+//	  InFlight; RetryAfter to earliest expiry
+//	Concurrency limits 2: release frees a slot;   LeaseReleaseFreesSlot, LeaseReleaseUnknownHarmless,
+//	  a second, late or unknown release is        LeaseOutcomeReportsHeld, LeaseExpiresAfterTTL
+//	  harmless
+//	Concurrency limits 3: expiry <= now counts    LeaseExpiresAfterTTL, LeaseExpiredDoNotCount, LeaseAcrossInstances
+//	  as released
+//	Concurrency limits 4: renew extends, never    LeaseRenew, LeaseOutcomeReportsHeld
+//	  counts twice, never shortens
+//	Concurrency limits 5: shared by every         LeaseAcrossInstances, ConcurrentLeasesExact, ConcurrentLeaseChurn
+//	  instance, exact under concurrency
+//	Concurrency limits 6: limits and identifiers  LeaseKeysIndependent
+//	  never share leases or a policy's state
+//	Concurrency limits 7: invalid input is an     LeaseInvalidInput (failure modes: the throttler's tests)
+//	  errors.Is error
 //	Everything above, at random                   DifferentialAgainstModel
 //
 // Not checked here, because one backend in one harness cannot show them:
@@ -190,12 +210,16 @@
 // modes under a failing server (Errors 3 and 4), hash slots in Redis
 // Cluster (Keys 3), the 250-byte memcached key bound (Keys 4), stored TTLs
 // running out in real time (the rest of Time 2: the suite checks only that
-// live state outlives a lagging clock), and rollout between two backends. The backends' and the
-// throttler's own tests cover those.
+// live state outlives a lagging clock), rollout between two backends, the
+// failure modes of leases (Concurrency limits 7) and the middleware's
+// leases (8). The backends', the throttler's and the middleware's own
+// tests cover those.
 //
 // # Benchmarks
 //
 // RunBenchmarks measures a backend on the wall clock at 1, 16 and 64
 // goroutines: one hot identifier, 10,000 identifiers, a policy of three
-// limits, and peeks. Each reports decisions/s.
+// limits, and peeks, each reporting decisions/s; and a concurrency lease
+// acquired and released on one identifier, reporting leases/s (skipped
+// without driver.Leaser).
 package conformance

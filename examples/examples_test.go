@@ -33,6 +33,11 @@ var examples = []example{
 		"http: 200 remaining 0",
 		"http: 429 remaining 0",
 	}},
+	{dir: "concurrency", want: []string{
+		"direct: true false 1",
+		"http: 429 retry after 60",
+		"http: 200 retry after \n",
+	}},
 	{dir: "redis", env: redisEnv, want: []string{
 		"allowed=true remaining=2 binding=3/min",
 		"allowed=true remaining=0 binding=3/min",

@@ -92,6 +92,7 @@
 //
 //	Case                 Status (option)                Problem type
 //	quota spent          429 (WithDenyStatus)           TypeQuotaExceeded
+//	too many in flight   429 (WithDenyStatus)           TypeConcurrencyExceeded
 //	never allowed        429 (WithNeverAllowedStatus)   TypeCostExceedsLimit
 //	store down, closed   503 (WithDegradedStatus)       TypeTemporaryReducedCapacity
 //
@@ -102,6 +103,31 @@
 // client waits. It gets no Retry-After and no RateLimit t, so nothing sends
 // it back to try again, and the problem type TypeCostExceedsLimit, whose
 // URI is this section.
+//
+// # Concurrency limits
+//
+// WithConcurrency holds a lease of a throttler.ConcurrencyLimit for as
+// long as the wrapped handler runs, so that one identifier never has more
+// than Max requests in flight:
+//
+//	uploads, _ := throttler.NewConcurrencyLimit("uploads", 2, time.Minute)
+//	lim, err := middleware.New(th, rules, middleware.WithConcurrency(uploads, userFunc))
+//
+// The lease is acquired once the rate limits have allowed the request, and
+// released when the handler returns, or panics, even if the client has
+// gone. A request whose identifier already holds Max leases never reaches
+// the handler: it gets 429, a Retry-After until the earliest lease held
+// expires (an upper bound: a request in flight may end sooner) and a
+// problem of type TypeConcurrencyExceeded naming the limit; the units its
+// rate limits charged are given back. The rate-limit headers of the
+// decision that let it that far are still sent. A lease never released (a
+// crashed process) expires after the limit's lease TTL; a handler that may
+// run longer renews its leases (LeasesFromContext, then Renew).
+//
+// Backend failures follow the limit's failure mode: fail open serves the
+// request with X-RateLimit-Degraded: 1, fail closed answers 503 with
+// TypeTemporaryReducedCapacity. A backend without leases (memcached) makes
+// every such request an error for the ErrorHandler (errors.ErrUnsupported).
 //
 // # Refunds
 //

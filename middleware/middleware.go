@@ -40,6 +40,7 @@ type Limiter struct {
 	refundStatuses map[int]bool
 	onError        ErrorHandler
 	onDeny         DenyHandler
+	concurrency    []concurrencyRule
 }
 
 // Option configures a Limiter.
@@ -91,7 +92,9 @@ func WithErrorHandler(h ErrorHandler) Option { return func(l *Limiter) { l.onErr
 func WithDenyHandler(h DenyHandler) Option { return func(l *Limiter) { l.onDeny = h } }
 
 // New returns a Limiter deciding requests with t for every subject that
-// applies to them. The error wraps driver.ErrInvalidOption.
+// applies to them, and holding a lease of every concurrency limit
+// (WithConcurrency) that applies. subjects may be empty when there is a
+// concurrency limit. The error wraps driver.ErrInvalidOption.
 func New(t *throttler.Throttler, subjects []Rule, opts ...Option) (*Limiter, error) {
 	l := &Limiter{
 		throttler:      t,
@@ -110,8 +113,11 @@ func New(t *throttler.Throttler, subjects []Rule, opts ...Option) (*Limiter, err
 	if t == nil {
 		return nil, fmt.Errorf("%w: nil throttler", driver.ErrInvalidOption)
 	}
-	if len(l.subjects) == 0 {
-		return nil, fmt.Errorf("%w: no subjects", driver.ErrInvalidOption)
+	if len(l.subjects) == 0 && len(l.concurrency) == 0 {
+		return nil, fmt.Errorf("%w: no subjects and no concurrency limit", driver.ErrInvalidOption)
+	}
+	if err := l.checkConcurrency(); err != nil {
+		return nil, fmt.Errorf("%w: %w", driver.ErrInvalidOption, err)
 	}
 	policies := make(map[string]bool, len(l.subjects))
 	resources := make(map[string]bool, len(l.subjects))
@@ -152,10 +158,14 @@ func New(t *throttler.Throttler, subjects []Rule, opts ...Option) (*Limiter, err
 // Throttler.AllowAll (allowed only if all allow; a denial gives back what
 // the others spent). A request no subject applies to is served as it is.
 // The rate-limit headers are set before next runs. A denied request is
-// answered by the DenyHandler and next never runs. An allowed one is
-// served with the Result in its context (see ResultFromContext), and when
-// next has returned with a refund status, its cost is given back to every
-// subject that spent it.
+// answered by the DenyHandler and next never runs. An allowed one then
+// takes a lease of every concurrency limit that applies to it
+// (WithConcurrency), held until next returns; a refused lease is answered
+// by the DenyHandler too, and gives back the request's cost. The request is
+// served with the Result and its leases in its context (see
+// ResultFromContext and LeasesFromContext), and when next has returned
+// with a refund status, its cost is given back to every subject that spent
+// it.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		l.serve(w, r, next)
@@ -180,37 +190,61 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 			decided = append(decided, throttler.Subject{Policy: s.Policy, Identifier: id})
 		}
 	}
+	cost := l.cost(r)
+	var res throttler.Result
+	ctx := r.Context()
+	if len(decided) > 0 {
+		var err error
+		if len(decided) == 1 {
+			res, err = l.throttler.AllowN(ctx, decided[0].Policy, decided[0].Identifier, cost)
+		} else {
+			res, err = l.throttler.AllowAll(ctx, cost, decided...)
+		}
+		if err != nil && !errors.Is(err, throttler.ErrCostExceedsLimit) {
+			if l.onError(w, r, err) {
+				next.ServeHTTP(w, r)
+			}
+			return
+		}
+		binding := bindingSubject(res, applied)
+		l.writeHeaders(w.Header(), res, applied, binding)
+		if !res.Allowed {
+			l.onDeny(w, r, res, l.problem(res, applied[binding], cost))
+			return
+		}
+		ctx = context.WithValue(ctx, resultKey{}, res)
+	}
+	// The client may have gone once its response was written; refunded
+	// units are owed all the same.
+	giveBack := func() {
+		if len(decided) > 0 && cost > 0 {
+			l.giveBack(context.WithoutCancel(r.Context()), res, decided, cost)
+		}
+	}
+	if len(l.concurrency) > 0 {
+		leases, ok, serve := l.acquireLeases(w, r, giveBack)
+		if !ok {
+			if serve {
+				next.ServeHTTP(w, r)
+			}
+			return
+		}
+		if len(leases) > 0 {
+			defer releaseLeases(r, leases)
+			ctx = context.WithValue(ctx, leasesKey{}, leases)
+		}
+	}
+	if ctx != r.Context() {
+		r = r.WithContext(ctx)
+	}
 	if len(decided) == 0 {
 		next.ServeHTTP(w, r)
 		return
 	}
-	cost := l.cost(r)
-	var res throttler.Result
-	var err error
-	if len(decided) == 1 {
-		res, err = l.throttler.AllowN(r.Context(), decided[0].Policy, decided[0].Identifier, cost)
-	} else {
-		res, err = l.throttler.AllowAll(r.Context(), cost, decided...)
-	}
-	if err != nil && !errors.Is(err, throttler.ErrCostExceedsLimit) {
-		if l.onError(w, r, err) {
-			next.ServeHTTP(w, r)
-		}
-		return
-	}
-	binding := bindingSubject(res, applied)
-	l.writeHeaders(w.Header(), res, applied, binding)
-	if !res.Allowed {
-		l.onDeny(w, r, res, l.problem(res, applied[binding], cost))
-		return
-	}
-
 	sw := &statusWriter{ResponseWriter: w}
-	next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), resultKey{}, res)))
-	if cost > 0 && l.refundStatuses[sw.finalStatus()] {
-		// The client may have gone once its response was written; the
-		// units are owed all the same.
-		l.giveBack(context.WithoutCancel(r.Context()), res, decided, cost)
+	next.ServeHTTP(sw, r)
+	if l.refundStatuses[sw.finalStatus()] {
+		giveBack()
 	}
 }
 

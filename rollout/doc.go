@@ -79,6 +79,17 @@
 //     later move finds nothing stale; the error joins either failure.
 //   - Ping pings both, since the split can send any identifier to either at
 //     any moment; a backend without Pinger counts as reachable.
+//   - Acquire (concurrency leases) goes to the serving backend; in
+//     MirrorMode and ShadowMode a lease it acquired is taken on the other
+//     one too, best effort, so a move keeps the requests in flight counted
+//     (a refusal there is a mirror shortfall, and shadow mode compares
+//     nothing). Release goes to the serving backend, and to the other one
+//     in MirrorMode and ShadowMode, or in SplitMode when the serving one did
+//     not hold the lease (it was taken before the identifier moved). In
+//     SplitMode a move therefore starts the identifier's count afresh on
+//     its new backend, as for windows: up to twice Max may be in flight
+//     until the old requests end. A serving backend without Leaser gives
+//     errors.ErrUnsupported.
 //
 // # Flag sources
 //

@@ -48,7 +48,7 @@ const mirrorAttempts = 3
 // Backend is a driver.Backend over an old and a new backend. For every
 // request its FlagSource says which of the two serves the identifier; the
 // Mode says what the other one sees. It implements Peeker, Refunder,
-// Resetter and Pinger, forwarding each as its doc says. It is safe for
+// Resetter, Pinger and Leaser, forwarding each as its doc says. It is safe for
 // concurrent use.
 type Backend struct {
 	backends    [2]driver.Backend
@@ -312,6 +312,78 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 	return errors.Join(errs[:]...)
 }
 
+// Acquire implements driver.Leaser. The serving backend decides. In
+// MirrorMode and ShadowMode, a lease it acquired is then taken on the other
+// backend too, best effort, so that an identifier moved while its requests
+// are in flight finds them counted there: a secondary that refuses (it is
+// fuller) counts as a mirror shortfall in MirrorMode, one that fails as a
+// secondary error, and neither changes the outcome. Shadow mode does not
+// compare lease outcomes.
+//
+// Fallback: a serving backend without Leaser gives an error wrapping
+// errors.ErrUnsupported; a secondary without one is skipped.
+func (b *Backend) Acquire(ctx context.Context, req driver.LeaseRequest) (driver.LeaseOutcome, error) {
+	if err := b.ready(); err != nil {
+		return driver.LeaseOutcome{}, err
+	}
+	side := b.route(req.Identifier)
+	lr, ok := b.backends[side].(driver.Leaser)
+	if !ok {
+		return driver.LeaseOutcome{}, fmt.Errorf("%w: %s backend has no concurrency leases", errors.ErrUnsupported, side)
+	}
+	out, err := lr.Acquire(ctx, req)
+	if err != nil || b.mode == SplitMode || !out.Acquired {
+		return out, err
+	}
+	if other, ok := b.backends[side.other()].(driver.Leaser); ok {
+		mirrored, err := other.Acquire(ctx, req)
+		switch {
+		case err != nil:
+			b.secondaryFailed(side.other(), "acquire", err)
+		case b.mode != MirrorMode:
+		case mirrored.Acquired:
+			b.stats.mirrored.Add(1)
+		default:
+			b.shortfall(1)
+		}
+	}
+	return out, nil
+}
+
+// Release implements driver.Leaser. The serving backend releases and its
+// answer is returned. In MirrorMode and ShadowMode the other backend,
+// which took the lease too, releases it as well. In SplitMode the other
+// backend is asked only when the serving one did not hold the lease: it
+// was acquired before the identifier moved (or has expired), and the
+// backend that served it then holds it. Failures of the other backend are
+// counted and reported, never returned.
+//
+// Fallback: a serving backend without Leaser gives an error wrapping
+// errors.ErrUnsupported; a secondary without one is skipped.
+func (b *Backend) Release(ctx context.Context, req driver.LeaseRequest) (driver.LeaseOutcome, error) {
+	if err := b.ready(); err != nil {
+		return driver.LeaseOutcome{}, err
+	}
+	side := b.Side(req.Identifier)
+	lr, ok := b.backends[side].(driver.Leaser)
+	if !ok {
+		return driver.LeaseOutcome{}, fmt.Errorf("%w: %s backend has no concurrency leases", errors.ErrUnsupported, side)
+	}
+	out, err := lr.Release(ctx, req)
+	if err != nil || b.mode == SplitMode && out.Held {
+		return out, err
+	}
+	if other, ok := b.backends[side.other()].(driver.Leaser); ok {
+		moved, err := other.Release(ctx, req)
+		if err != nil {
+			b.secondaryFailed(side.other(), "release", err)
+		} else if b.mode == SplitMode && moved.Held {
+			return moved, nil
+		}
+	}
+	return out, nil
+}
+
 // Ping implements driver.Pinger. It pings both backends, because the
 // split can send any identifier to either of them at any moment without a
 // deploy, and the flag source when it implements driver.Pinger (an Unleash
@@ -372,6 +444,7 @@ var (
 	_ driver.Resetter = (*Backend)(nil)
 	_ driver.Pinger   = (*Backend)(nil)
 	_ driver.Closer   = (*Backend)(nil)
+	_ driver.Leaser   = (*Backend)(nil)
 )
 
 // counters are the Backend's statistics. Split mode touches none of them on

@@ -60,15 +60,17 @@ type Stats struct {
 	// answer, sent to the default side.
 	DefaultRouted uint64
 	// Mirrored counts decisions whose units the secondary recorded
-	// (MirrorMode), whole or in part.
+	// (MirrorMode), whole or in part, and concurrency leases it took too.
 	Mirrored uint64
 	// MirrorShortfalls counts decisions whose units the secondary could not
-	// all record, because it was fuller than the primary or failed;
-	// MirrorShortfallUnits counts the units it missed.
+	// all record, because it was fuller than the primary or failed, and
+	// leases it refused (one unit each); MirrorShortfallUnits counts the
+	// units it missed.
 	MirrorShortfalls, MirrorShortfallUnits uint64
 	// SecondaryErrors counts failures of the secondary backend in
-	// MirrorMode and ShadowMode (decisions and refunds). They never change a
-	// decision.
+	// MirrorMode and ShadowMode (decisions, refunds and leases), and of the
+	// other backend asked to release a lease in SplitMode. They never change
+	// a decision.
 	SecondaryErrors uint64
 	// ShadowCompared counts ShadowMode decisions both backends answered.
 	ShadowCompared uint64

@@ -65,8 +65,26 @@
 // errors.Is matches against the Err variables. No input makes the package
 // panic.
 //
+// # Concurrency limits
+//
+// A ConcurrencyLimit bounds the requests one identifier may have in flight
+// at once, rather than per window. Acquire takes a lease, Release frees it,
+// and a lease that is never released (its process crashed) expires after
+// the limit's lease TTL, so a slot is never lost for longer. Renew extends
+// a lease for a request that outlives the TTL.
+//
+//	conc, err := throttler.NewConcurrencyLimit("uploads", 4, time.Minute)
+//	lease, err := th.Acquire(ctx, conc, "user:42")
+//	if !lease.Acquired { /* 429, Retry-After: lease.RetryAfter */ }
+//	defer lease.Release(ctx)
+//
+// A refusal is not an error; a backend failure follows the failure mode,
+// as decisions do. The memory and Redis backends hold leases; memcached
+// does not, and Acquire over it returns errors.ErrUnsupported.
+//
 // # HTTP
 //
 // Package middleware puts a Throttler in front of net/http handlers and
-// writes GitHub's X-RateLimit-* and the IETF RateLimit fields.
+// writes GitHub's X-RateLimit-* and the IETF RateLimit fields; its
+// WithConcurrency option holds a lease for the duration of each request.
 package throttler

@@ -115,3 +115,32 @@ type backendFunc func(context.Context, driver.Request) (driver.Outcome, error)
 func (f backendFunc) Decide(ctx context.Context, r driver.Request) (driver.Outcome, error) {
 	return f(ctx, r)
 }
+
+func ExampleThrottler_Acquire() {
+	ctx := context.Background()
+	clock := throttler.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
+	th, _ := throttler.New(memorybackend.New(), throttler.WithClock(clock))
+	uploads, _ := throttler.NewConcurrencyLimit("uploads", 2, time.Minute)
+
+	a, _ := th.Acquire(ctx, uploads, "user:42")
+	b, _ := th.Acquire(ctx, uploads, "user:42")
+	fmt.Println(a.Acquired, b.Acquired, b.InFlight)
+	c, _ := th.Acquire(ctx, uploads, "user:42") // two in flight already
+	fmt.Println(c.Acquired, c.InFlight, c.RetryAfter)
+
+	clock.Advance(10 * time.Second)
+	_ = a.Release(ctx) // frees a slot at once
+	d, _ := th.Acquire(ctx, uploads, "user:42")
+	fmt.Println(d.Acquired)
+
+	// b is never released, as if its process had crashed: it stops
+	// counting once its lease expires.
+	clock.Advance(50 * time.Second)
+	e, _ := th.Acquire(ctx, uploads, "user:42")
+	fmt.Println(e.Acquired, e.InFlight)
+	// Output:
+	// true true 2
+	// false 2 1m0s
+	// true
+	// true 2
+}

@@ -12,9 +12,11 @@ import (
 // observer that keeps one beyond Observe must copy Result.Limits.
 type Event struct {
 	// Op is the operation: "allow" (AllowN, Allow and each subject of
-	// AllowAll), "peek", "refund" or "reset".
+	// AllowAll), "peek", "refund" or "reset"; for concurrency limits
+	// "acquire" (Acquire), "renew" (Lease.Renew) or "release"
+	// (Lease.Release).
 	Op string
-	// Policy is the policy's name.
+	// Policy is the policy's name, or the concurrency limit's.
 	Policy string
 	// Identifier is the identifier the operation was for. Observers that
 	// feed metrics must not use it as a label: it is unbounded.
@@ -24,6 +26,11 @@ type Event struct {
 	Backend string
 	// Result is the decision, for allow, peek and refund; the zero Result
 	// for reset and when the operation failed (HasResult reports which).
+	// For acquire and renew it describes the lease: Allowed is whether it
+	// is held, Limit the limit's Max, Used the leases in flight, Window the
+	// lease TTL, ResetAt when the lease expires or, when refused, when the
+	// earliest lease does, and RetryAfter the wait until then. Release
+	// carries no Result.
 	Result Result
 	// Err is the backend failure, or nil. A degraded Result carries it too.
 	Err error

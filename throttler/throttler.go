@@ -451,6 +451,13 @@ func (t *Throttler) observe(ctx context.Context, op string, p *Policy, req drive
 	if r != nil {
 		e.Result = *r
 	}
+	t.tell(ctx, e)
+}
+
+// tell logs e's failure, or notes its success for the outage log, and
+// passes e to the observers.
+func (t *Throttler) tell(ctx context.Context, e Event) {
+	err := e.Err
 	if t.outages != nil {
 		if errors.Is(err, ErrBackend) {
 			t.outages.failure(ctx, e)

@@ -122,6 +122,38 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 	return err
 }
 
+// Acquire implements driver.Leaser. A wrapped backend without Leaser gives
+// an error wrapping errors.ErrUnsupported at once, whatever the breaker's
+// state.
+func (b *Backend) Acquire(ctx context.Context, req driver.LeaseRequest) (driver.LeaseOutcome, error) {
+	lr, err := b.leaser()
+	if err != nil {
+		return driver.LeaseOutcome{}, err
+	}
+	return guard(b, func() (driver.LeaseOutcome, error) { return lr.Acquire(ctx, req) })
+}
+
+// Release implements driver.Leaser. A wrapped backend without Leaser gives
+// an error wrapping errors.ErrUnsupported at once.
+func (b *Backend) Release(ctx context.Context, req driver.LeaseRequest) (driver.LeaseOutcome, error) {
+	lr, err := b.leaser()
+	if err != nil {
+		return driver.LeaseOutcome{}, err
+	}
+	return guard(b, func() (driver.LeaseOutcome, error) { return lr.Release(ctx, req) })
+}
+
+func (b *Backend) leaser() (driver.Leaser, error) {
+	if b == nil || b.br == nil {
+		return nil, fmt.Errorf("%w: breaker.Backend not built by Wrap", driver.ErrNotInitialized)
+	}
+	lr, ok := b.next.(driver.Leaser)
+	if !ok {
+		return nil, fmt.Errorf("%w: wrapped backend has no concurrency leases", errors.ErrUnsupported)
+	}
+	return lr, nil
+}
+
 // Ping implements driver.Pinger. It goes through the breaker too, so that a
 // health check sees an open breaker as the outage it is; nil when the
 // wrapped backend has no Pinger.
@@ -154,4 +186,5 @@ var (
 	_ driver.Resetter = (*Backend)(nil)
 	_ driver.Pinger   = (*Backend)(nil)
 	_ driver.Closer   = (*Backend)(nil)
+	_ driver.Leaser   = (*Backend)(nil)
 )

@@ -14,7 +14,10 @@
 // docs/DESIGN.md gives the window protocol below as a numbered argument.
 //
 // Backend implements driver.Backend, Peeker, Refunder, Resetter and
-// Pinger.
+// Pinger. It does not implement driver.Leaser: concurrency limits
+// (throttler.Acquire) are unsupported, and Acquire over this backend
+// returns an error wrapping errors.ErrUnsupported that says so (see
+// Concurrency limits below).
 //
 // # Items
 //
@@ -348,4 +351,16 @@
 // the "refund after the window closed does nothing" rule. Reset deletes the
 // window items, the counters they name and the GCRA items; a request
 // racing it may still count in the window it read before.
+//
+// # Concurrency limits
+//
+// A concurrency limit needs a set of leases per identifier that one atomic
+// step can clean of expired members, count and extend. memcached has no
+// such operation: a set kept in one item would need a cas loop that
+// contends on every acquisition and release of a busy identifier, and an
+// evicted item would free every slot at once. The backend therefore
+// declares the feature unsupported rather than offering a weaker one:
+// throttler.Acquire returns an error wrapping errors.ErrUnsupported, and
+// the conformance suite skips its lease subtests. Use the memory or Redis
+// backend for concurrency limits, or a rollout to Redis.
 package memcachedbackend

@@ -36,4 +36,15 @@
 // count, which is the failure an evicting cache would have.
 //
 // Peeks, denials and refunds of absent state store nothing.
+//
+// # Concurrency leases
+//
+// The backend implements driver.Leaser: each (concurrency limit,
+// identifier) pair holds a map of lease IDs to expiries, and Acquire and
+// Release call driver.AcquireLease and driver.ReleaseLease on it under the
+// identifier's lock, so the count is exact under any concurrency. Both cost
+// one pass over the identifier's leases, which number at most the limit's
+// Max. A set is swept like any other state, 30 seconds after its latest
+// lease's expiry, whether its leases were released or expired (a crashed
+// holder), and counts against WithMaxIdentifiers until then.
 package memorybackend

@@ -38,6 +38,7 @@ var (
 	_ driver.Pinger      = (*Backend)(nil)
 	_ driver.Nonblocking = (*Backend)(nil)
 	_ driver.Taker       = (*Backend)(nil)
+	_ driver.Leaser      = (*Backend)(nil)
 )
 
 // Clock is where the backend reads the time its garbage collection runs on;
@@ -63,6 +64,8 @@ type Backend struct {
 type shard struct {
 	mu      sync.Mutex
 	entries map[entryKey]*entry
+	// leases holds the concurrency leases; nil until the first one.
+	leases  map[leaseKey]*leaseSet
 	inserts int
 	// peak is the most entries the map has held since it was made. Go
 	// maps never shrink, so a sweep that leaves a quarter of that or less
@@ -75,6 +78,18 @@ const shrinkAbove = 1024
 
 // entryKey names one identifier under one policy.
 type entryKey struct{ policy, id string }
+
+// leaseKey names one identifier's leases under one concurrency limit.
+type leaseKey struct{ limit, id string }
+
+// leaseSet holds one identifier's leases under one concurrency limit.
+type leaseSet struct {
+	// leases maps a lease ID to its expiry (Unix ms, request time).
+	leases map[string]int64
+	// expires is when every lease has expired, on the sweep clock (Unix
+	// ms).
+	expires int64
+}
 
 // entry holds every limit state stored for one identifier under one policy
 // name, keyed by the limit's storage key. A policy redefined under the same
@@ -100,8 +115,9 @@ type Option func(*Backend)
 // ManualClock and want sweeps to follow pass it here too.
 func WithSweepClock(c Clock) Option { return func(b *Backend) { b.sweep = c } }
 
-// WithMaxIdentifiers bounds how many (policy, identifier) pairs the backend
-// holds; 0, the default, means no bound. When the bound is reached, a
+// WithMaxIdentifiers bounds how many (policy, identifier) pairs, and
+// (concurrency limit, identifier) pairs holding leases, the backend holds;
+// 0, the default, means no bound. When the bound is reached, a
 // request that would store a new pair first sweeps every closed state (at
 // most once per second of the sweep clock); if
 // nothing can be swept, that request fails with ErrFull and its policy's
@@ -150,7 +166,8 @@ func (b *Backend) check(ctx context.Context, req driver.Request) error {
 // neverSwept marks a backend that has not swept every shard yet.
 const neverSwept = -1 << 63
 
-// Len returns the number of (policy, identifier) pairs held, swept or not.
+// Len returns the number of (policy, identifier) pairs held, swept or not,
+// and of (concurrency limit, identifier) pairs holding leases.
 func (b *Backend) Len() int { return int(b.held.Load()) }
 
 // Decide implements driver.Backend.
@@ -227,6 +244,86 @@ func (b *Backend) Ping(ctx context.Context) error {
 		return err
 	}
 	return ctx.Err()
+}
+
+// Acquire implements driver.Leaser: driver.AcquireLease on the
+// identifier's leases under the limit, under the identifier's lock. A new
+// (limit, identifier) pair counts against WithMaxIdentifiers like a policy's.
+func (b *Backend) Acquire(ctx context.Context, req driver.LeaseRequest) (driver.LeaseOutcome, error) {
+	if err := b.checkLease(ctx, req); err != nil {
+		return driver.LeaseOutcome{}, err
+	}
+	key := leaseKey{req.Limit.Key, req.Identifier}
+	out, needsRoom := b.tryAcquire(key, req)
+	if !needsRoom {
+		return out, nil
+	}
+	if b.sweepAll() {
+		if out, needsRoom = b.tryAcquire(key, req); !needsRoom {
+			return out, nil
+		}
+	}
+	return driver.LeaseOutcome{}, fmt.Errorf("%w: %d pairs held", ErrFull, b.held.Load())
+}
+
+// tryAcquire reports needsRoom when the identifier holds no lease set yet
+// and the backend is full.
+func (b *Backend) tryAcquire(key leaseKey, req driver.LeaseRequest) (out driver.LeaseOutcome, needsRoom bool) {
+	sh := b.shardForID(key.id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	set := sh.leases[key]
+	if set == nil {
+		if b.max > 0 && b.held.Load() >= b.max {
+			return driver.LeaseOutcome{}, true
+		}
+		sh.inserts++
+		if sh.inserts >= max(minSweepInterval, (len(sh.entries)+len(sh.leases))/2) {
+			b.sweepLocked(sh, b.sweep.Now().UnixMilli())
+		}
+		if sh.leases == nil {
+			sh.leases = make(map[leaseKey]*leaseSet)
+		}
+		set = &leaseSet{leases: make(map[string]int64, 1)}
+		sh.leases[key] = set
+		b.held.Add(1)
+	}
+	out = driver.AcquireLease(req.Limit, set.leases, req.Lease, req.Now)
+	if out.Acquired {
+		// The lease's remaining life in request time, counted from now on
+		// the sweep clock, as entry.store counts a window's.
+		life := set.leases[req.Lease] - req.Now.UnixMilli()
+		set.expires = max(set.expires, b.sweep.Now().UnixMilli()+life)
+	}
+	return out, false
+}
+
+// Release implements driver.Leaser: driver.ReleaseLease under the
+// identifier's lock. A lease set left empty stays until it is swept, so
+// that a busy identifier does not make a new one per request.
+func (b *Backend) Release(ctx context.Context, req driver.LeaseRequest) (driver.LeaseOutcome, error) {
+	if err := b.checkLease(ctx, req); err != nil {
+		return driver.LeaseOutcome{}, err
+	}
+	key := leaseKey{req.Limit.Key, req.Identifier}
+	sh := b.shardForID(key.id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	set := sh.leases[key]
+	if set == nil {
+		return driver.LeaseOutcome{}, nil
+	}
+	return driver.ReleaseLease(req.Limit, set.leases, req.Lease, req.Now), nil
+}
+
+func (b *Backend) checkLease(ctx context.Context, req driver.LeaseRequest) error {
+	if err := b.ready(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return req.Check()
 }
 
 // update applies step to the identifier's states under the shard lock and
@@ -314,6 +411,15 @@ func (b *Backend) sweepLocked(sh *shard, nowMs int64) {
 			b.held.Add(-1)
 		}
 	}
+	for k, set := range sh.leases {
+		if set.expires <= cutoff {
+			delete(sh.leases, k)
+			b.held.Add(-1)
+		}
+	}
+	if sh.leases != nil && len(sh.leases) == 0 {
+		sh.leases = nil // a map never shrinks: let a drained one go
+	}
 	if n := len(sh.entries); sh.peak >= shrinkAbove && n <= sh.peak/4 {
 		kept := make(map[entryKey]*entry, n)
 		for k, e := range sh.entries {
@@ -323,8 +429,10 @@ func (b *Backend) sweepLocked(sh *shard, nowMs int64) {
 	}
 }
 
-func (b *Backend) shardFor(k entryKey) *shard {
-	return &b.shards[maphash.String(b.seed, k.id)%shardCount]
+func (b *Backend) shardFor(k entryKey) *shard { return b.shardForID(k.id) }
+
+func (b *Backend) shardForID(id string) *shard {
+	return &b.shards[maphash.String(b.seed, id)%shardCount]
 }
 
 // load copies the entry's state of each of p's limits into states.

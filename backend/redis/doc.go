@@ -122,7 +122,8 @@
 //
 // There is one script per operation: decide.lua, peek.lua and refund.lua,
 // embedded in the binary, each with the helpers they share (common.lua)
-// spliced in after its shebang line. Each gets every key of the policy in KEYS, and in
+// spliced in after its shebang line (and acquire.lua and release.lua for
+// leases, which need none of them: see Concurrency leases). Each gets every key of the policy in KEYS, and in
 // ARGV the throttler's now (in milliseconds and microseconds), the cost, the
 // expiry grace and each limit's algorithm, Max, window and Burst. Each
 // returns integers: the verdict and every limit's state (Used, End). The
@@ -156,6 +157,28 @@
 // Scripts are run with EVALSHA, falling back to EVAL in the same call when
 // the server answers NOSCRIPT, so a decision survives SCRIPT FLUSH, a
 // restart and a failover to a server that never saw the script.
+//
+// # Concurrency leases
+//
+// The backend implements driver.Leaser (throttler.Acquire): one
+// identifier's leases under one concurrency limit are a sorted set of lease
+// IDs scored by their expiry in Unix milliseconds,
+//
+//	<prefix>{<escaped identifier>}:lease:<escaped limit name>
+//	throttlekit:{user%3A42}:lease:uploads
+//
+// in the identifier's hash slot (see LeaseKey), so leases work on a
+// Cluster. Acquire runs acquire.lua and Release runs release.lua, one
+// EVALSHA each: both drop the leases whose expiry is at or before the
+// throttler's now (ZREMRANGEBYSCORE), then acquire.lua adds or renews the
+// lease when fewer than Max remain (or the lease is already held) and sets
+// the key's TTL to the latest expiry plus the expiry grace, and release.lua
+// removes it. They reply the verdict, whether the lease was held, the leases
+// in flight and the earliest expiry, and mirror driver.AcquireLease and
+// driver.ReleaseLease (TestLeaseScriptsMirrorGo). An identifier whose last
+// lease is released leaves no key; one whose holders crashed leaves a key
+// that expires the grace after its latest lease. A lease key of another
+// type is ErrForeignValue.
 //
 // # Cluster failover
 //

@@ -70,11 +70,18 @@ var (
 	refundSource string
 	//go:embed take.lua
 	takeSource string
+	//go:embed acquire.lua
+	acquireSource string
+	//go:embed release.lua
+	releaseSource string
 
 	decideScript = goredis.NewScript(withCommon(decideSource))
 	peekScript   = goredis.NewScript(withCommon(peekSource))
 	refundScript = goredis.NewScript(withCommon(refundSource))
 	takeScript   = goredis.NewScript(withCommon(takeSource))
+	// The lease scripts use none of common.lua.
+	acquireScript = goredis.NewScript(acquireSource)
+	releaseScript = goredis.NewScript(releaseSource)
 )
 
 // withCommon returns script with common.lua inserted after its first line:
@@ -104,6 +111,7 @@ var (
 	_ driver.Resetter = (*Backend)(nil)
 	_ driver.Pinger   = (*Backend)(nil)
 	_ driver.Taker    = (*Backend)(nil)
+	_ driver.Leaser   = (*Backend)(nil)
 
 	_ Client = (*goredis.Client)(nil)
 	_ Client = (*goredis.ClusterClient)(nil)
@@ -336,6 +344,73 @@ func (b *Backend) Keys(p *driver.Policy, identifier string) []string {
 	return keys
 }
 
+// LeaseKey returns the key that holds identifier's concurrency leases
+// under l, a sorted set of lease IDs scored by their expiry in Unix ms:
+//
+//	<prefix>{<escaped identifier>}:lease:<l.Key>
+//
+// It shares the identifier's hash tag with the policy keys (see Keys). No
+// policy key has this form: a limit key always holds a colon, and l.Key,
+// escaped, never does. A nil limit has no key, and neither has a nil
+// *Backend.
+func (b *Backend) LeaseKey(l *driver.ConcurrencyLimit, identifier string) string {
+	if b == nil || l == nil {
+		return ""
+	}
+	return b.prefix + "{" + driver.EscapeKey(identifier) + "}:lease:" + l.Key
+}
+
+// Acquire implements driver.Leaser with one call of acquire.lua: one round
+// trip.
+func (b *Backend) Acquire(ctx context.Context, req driver.LeaseRequest) (driver.LeaseOutcome, error) {
+	return b.runLease(ctx, acquireScript, req)
+}
+
+// Release implements driver.Leaser with one call of release.lua: one round
+// trip.
+func (b *Backend) Release(ctx context.Context, req driver.LeaseRequest) (driver.LeaseOutcome, error) {
+	return b.runLease(ctx, releaseScript, req)
+}
+
+// runLease runs a lease script for req on the main client and reads its
+// reply.
+func (b *Backend) runLease(ctx context.Context, script *goredis.Script, req driver.LeaseRequest) (driver.LeaseOutcome, error) {
+	if err := b.ready(); err != nil {
+		return driver.LeaseOutcome{}, err
+	}
+	if err := req.Check(); err != nil {
+		return driver.LeaseOutcome{}, err
+	}
+	keys := []string{b.LeaseKey(req.Limit, req.Identifier)}
+	args := []any{req.Now.UnixMilli(), req.Limit.TTLMillis, req.Limit.Max, b.graceMs, req.Lease}
+	reply, err := b.eval(ctx, b.client, script, false, keys, args)
+	if err != nil {
+		return driver.LeaseOutcome{}, err
+	}
+	return parseLeaseReply(reply)
+}
+
+// parseLeaseReply reads a lease script's reply, {acquired, held, in_flight,
+// next_expiry}. Anything else is ErrUnexpectedReply, never a panic.
+func parseLeaseReply(reply any) (driver.LeaseOutcome, error) {
+	items, ok := reply.([]any)
+	if !ok || len(items) != 4 {
+		return driver.LeaseOutcome{}, fmt.Errorf("%w: %T of %d elements, want an array of 4", ErrUnexpectedReply, reply, len(items))
+	}
+	var ints [4]int64
+	for i, item := range items {
+		v, ok := item.(int64)
+		if !ok {
+			return driver.LeaseOutcome{}, fmt.Errorf("%w: element %d is %T, want an integer", ErrUnexpectedReply, i, item)
+		}
+		ints[i] = v
+	}
+	if ints[0]&^1 != 0 || ints[1]&^1 != 0 || ints[2] < 0 || ints[3] < 0 {
+		return driver.LeaseOutcome{}, fmt.Errorf("%w: lease reply %v", ErrUnexpectedReply, ints)
+	}
+	return driver.LeaseOutcome{Acquired: ints[0] == 1, Held: ints[1] == 1, InFlight: ints[2], NextExpiry: ints[3]}, nil
+}
+
 // Decide implements driver.Backend with one call of decide.lua.
 func (b *Backend) Decide(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	if err := b.ready(); err != nil {
@@ -425,7 +500,16 @@ func (b *Backend) runScript(ctx context.Context, c conn, script *goredis.Script,
 		return driver.Outcome{}, fmt.Errorf("%w: %v", driver.ErrInvalidOption, req.Now)
 	}
 	keys := b.Keys(req.Policy, req.Identifier)
-	args := b.scriptArgs(req)
+	reply, err := b.eval(ctx, c, script, readOnly, keys, b.scriptArgs(req))
+	if err != nil {
+		return driver.Outcome{}, err
+	}
+	return parseReply(reply, len(keys), script == takeScript)
+}
+
+// eval runs script on c, through the batcher when there is one, retrying
+// while its keys' slot is on the move (see tryAgainFirstBackoff).
+func (b *Backend) eval(ctx context.Context, c conn, script *goredis.Script, readOnly bool, keys []string, args []any) (any, error) {
 	var reply any
 	var err error
 	for backoff := tryAgainFirstBackoff; ; backoff = min(2*backoff, tryAgainMaxBackoff) {
@@ -445,9 +529,9 @@ func (b *Backend) runScript(ctx context.Context, c conn, script *goredis.Script,
 	}
 	if err != nil {
 		b.noticeFailure(c, err)
-		return driver.Outcome{}, classify(err)
+		return nil, classify(err)
 	}
-	return parseReply(reply, len(keys), script == takeScript)
+	return reply, nil
 }
 
 // While a Cluster slot migrates, a script whose keys are split between the

@@ -41,7 +41,8 @@ type Shard struct {
 type ShardError struct {
 	// Shard is the shard's name.
 	Shard string
-	// Op is the operation: "decide", "peek", "refund", "reset" or "ping".
+	// Op is the operation: "decide", "peek", "refund", "reset", "ping",
+	// "acquire" or "release".
 	Op string
 	// Err is the shard's own error. For a peek that no server answered, it
 	// joins the errors of every replica and of the primary.
@@ -60,9 +61,10 @@ func (e *ShardError) Unwrap() error { return e.Err }
 // identifier goes to the one shard that owns it by rendezvous hashing over
 // the shard names (see Score): decisions, refunds and resets to its
 // primary, peeks to one of its replicas and, when no replica answers, to
-// its primary. It implements Peeker, Refunder, Resetter and Pinger; a shard
-// whose primary lacks one of these makes the operation return an error
-// wrapping errors.ErrUnsupported for its identifiers.
+// its primary. It implements Peeker, Refunder, Resetter, Pinger and Leaser
+// (concurrency leases go to the primary too); a shard whose primary lacks
+// one of these makes the operation return an error wrapping
+// errors.ErrUnsupported for its identifiers.
 //
 // It is safe for concurrent use. Build it with New, or over Redis groups
 // with package redisgroups (backend/redis/groups).
@@ -90,6 +92,7 @@ var (
 	_ driver.Resetter = (*Backend)(nil)
 	_ driver.Pinger   = (*Backend)(nil)
 	_ driver.Closer   = (*Backend)(nil)
+	_ driver.Leaser   = (*Backend)(nil)
 )
 
 // Option configures a Backend.
@@ -346,6 +349,38 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 		return &ShardError{Shard: s.name, Op: "reset", Err: err}
 	}
 	return nil
+}
+
+// Acquire implements driver.Leaser on the primary of the identifier's
+// shard, so that every lease of an identifier is counted in one place. A
+// primary without Leaser gives an error wrapping errors.ErrUnsupported.
+func (b *Backend) Acquire(ctx context.Context, req driver.LeaseRequest) (driver.LeaseOutcome, error) {
+	return b.lease(ctx, "acquire", req, driver.Leaser.Acquire)
+}
+
+// Release implements driver.Leaser on the primary of the identifier's
+// shard. A primary without Leaser gives an error wrapping
+// errors.ErrUnsupported.
+func (b *Backend) Release(ctx context.Context, req driver.LeaseRequest) (driver.LeaseOutcome, error) {
+	return b.lease(ctx, "release", req, driver.Leaser.Release)
+}
+
+func (b *Backend) lease(ctx context.Context, op string, req driver.LeaseRequest,
+	f func(driver.Leaser, context.Context, driver.LeaseRequest) (driver.LeaseOutcome, error)) (driver.LeaseOutcome, error) {
+	s := b.route(req.Identifier)
+	if s == nil {
+		return driver.LeaseOutcome{}, errNoShards
+	}
+	lr, ok := s.primary.(driver.Leaser)
+	if !ok {
+		return driver.LeaseOutcome{}, &ShardError{Shard: s.name, Op: op,
+			Err: fmt.Errorf("%w: the primary has no concurrency leases", errors.ErrUnsupported)}
+	}
+	out, err := f(lr, ctx, req)
+	if err != nil {
+		return driver.LeaseOutcome{}, &ShardError{Shard: s.name, Op: op, Err: err}
+	}
+	return out, nil
 }
 
 // Ping implements driver.Pinger: it pings the primary and every replica

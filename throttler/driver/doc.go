@@ -26,9 +26,17 @@
 // # Capabilities
 //
 // Backend has one method. Peeker, Refunder, Resetter, Pinger, Taker,
-// Nonblocking and Closer are optional, found by type assertion; each
-// documents what the throttler does when it is missing (TakeWith is
+// Nonblocking, Closer and Leaser are optional, found by type assertion;
+// each documents what the throttler does when it is missing (TakeWith is
 // Taker's fallback, for decorators too).
+//
+// # Concurrency leases
+//
+// Leaser holds the leases of concurrency limits (ConcurrencyLimit): per
+// identifier and limit, a set of lease IDs with their expiries. The
+// throttler generates each ID and sends it with the request, with Now;
+// AcquireLease and ReleaseLease define what the store must do with them,
+// and an expired lease counts as released whatever the store holds.
 //
 // # Errors
 //
