@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
@@ -50,9 +52,16 @@ func Example() {
 	defer conn.Close()
 	client := healthpb.NewHealthClient(conn)
 	for range 3 {
-		_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		var header, trailer metadata.MD
+		_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{},
+			grpc.Header(&header), grpc.Trailer(&trailer))
 		st := status.Convert(err)
 		fmt.Print(st.Code())
+		if err == nil {
+			fmt.Print(", remaining ", header.Get("x-ratelimit-remaining"))
+		} else {
+			fmt.Print(", remaining ", trailer.Get("x-ratelimit-remaining"))
+		}
 		for _, d := range st.Details() {
 			if ri, ok := d.(*errdetails.RetryInfo); ok {
 				fmt.Print(", retry in ", ri.GetRetryDelay().AsDuration())
@@ -61,7 +70,29 @@ func Example() {
 		fmt.Println()
 	}
 	// Output:
-	// OK
-	// OK
-	// ResourceExhausted, retry in 1m0s
+	// OK, remaining [1]
+	// OK, remaining [0]
+	// ResourceExhausted, remaining [0], retry in 1m0s
+}
+
+// authUser is the context key of an authentication interceptor's user.
+type authUser struct{}
+
+// FirstOf limits a signed-in caller as its user and an anonymous one by
+// its address, each name prefixed with the position of its source.
+func ExampleFirstOf() {
+	identify := grpclimit.FirstOf(
+		grpclimit.User(func(ctx context.Context) (string, bool) {
+			u, ok := ctx.Value(authUser{}).(string) // what the auth interceptor stored
+			return u, ok
+		}),
+		grpclimit.PeerAddress())
+	anon := peer.NewContext(context.Background(),
+		&peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 7), Port: 50123}})
+	signedIn := context.WithValue(anon, authUser{}, "ada")
+	fmt.Println(identify(signedIn, "/pkg.Service/Method"))
+	fmt.Println(identify(anon, "/pkg.Service/Method"))
+	// Output:
+	// 1:ada
+	// 2:192.0.2.7
 }
