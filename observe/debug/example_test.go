@@ -2,7 +2,10 @@ package debugpage_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http/httptest"
 	"time"
 
 	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
@@ -10,8 +13,8 @@ import (
 	"github.com/throttlekit/throttlekit/throttler"
 )
 
-// A debug page fed by a throttler's denials; in a program, serve it on an
-// internal port with http.ListenAndServe("127.0.0.1:9090", page).
+// A debug page fed by a throttler's denials. In a program, serve it on an
+// internal port only: http.ListenAndServe("127.0.0.1:9090", page).
 func Example() {
 	backend := memorybackend.New()
 	policy, err := throttler.ParsePolicy("api", "2/min")
@@ -27,20 +30,49 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	for id, n := range map[string]int{"scraper": 12, "user:7": 4, "user:8": 1} {
-		for range n {
-			if _, err := t.Allow(context.Background(), policy, id); err != nil {
+	for _, traffic := range []struct {
+		id string
+		n  int
+	}{{"user:7", 4}, {"scraper", 12}, {"user:8", 1}} {
+		for range traffic.n {
+			if _, err := t.Allow(context.Background(), policy, traffic.id); err != nil {
 				panic(err)
 			}
 		}
 	}
+
 	snap := page.Snapshot(context.Background())
 	fmt.Println("backend:", snap.Backends[0].Name, "healthy:", snap.Backends[0].Healthy)
+	fmt.Println("policy:", snap.Policies[0].Name, snap.Policies[0].Limits[0].Spec)
 	for _, d := range snap.TopDenied.Heaviest {
-		fmt.Printf("%s %s denied %d times\n", d.Policy, d.Identifier, d.Count)
+		fmt.Printf("%s %s denied %d times (±%d)\n", d.Policy, d.Identifier, d.Count, d.Err)
 	}
+
+	// The same, as JSON.
+	srv := httptest.NewServer(page)
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL + "?format=json")
+	if err != nil {
+		panic(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		panic(err)
+	}
+	var p debugpage.Page
+	if err := json.Unmarshal(body, &p); err != nil {
+		panic(err)
+	}
+	heaviest, err := json.Marshal(p.TopDenied.Heaviest)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(string(heaviest))
 	// Output:
 	// backend: memory healthy: true
-	// api scraper denied 10 times
-	// api user:7 denied 2 times
+	// policy: api 2/min
+	// api scraper denied 10 times (±0)
+	// api user:7 denied 2 times (±0)
+	// [{"policy":"api","identifier":"scraper","count":10,"err":0},{"policy":"api","identifier":"user:7","count":2,"err":0}]
 }
