@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,36 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
+	"github.com/throttlekit/throttlekit/internal/keyslot"
 	"github.com/throttlekit/throttlekit/internal/localserver"
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 )
-
-// crc16 is the CRC-16/XMODEM checksum Redis Cluster hashes keys with.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
-
-// keySlot is the cluster slot of a key with a {hash tag}.
-func keySlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	return int(crc16(key) % 16384)
-}
 
 // nodeID returns the cluster node ID of the node at addr.
 func nodeID(t *testing.T, c *goredis.Client) string {
@@ -83,15 +57,15 @@ func testSlotMigration(t *testing.T, migrateBatch int) {
 	// Identifiers that share one slot: the first, and others found by
 	// trying names until they hash to it.
 	ids := []string{"mig:0"}
-	slot := keySlot(b.Keys(compiled, ids[0])[0])
+	slot := keyslot.Of(b.Keys(compiled, ids[0])[0])
 	for i := 1; len(ids) < 4 && i < 1_000_000; i++ {
 		id := fmt.Sprintf("mig:%d", i)
-		if keySlot(b.Keys(compiled, id)[0]) == slot {
+		if keyslot.Of(b.Keys(compiled, id)[0]) == slot {
 			ids = append(ids, id)
 		}
 	}
 	require.Len(t, ids, 4)
-	require.Equal(t, slot, keySlot(b.Keys(compiled, ids[0])[1]), "all keys of an identifier share a slot")
+	require.Equal(t, slot, keyslot.Of(b.Keys(compiled, ids[0])[1]), "all keys of an identifier share a slot")
 
 	src, err := cc.MasterForKey(ctx, b.Keys(compiled, ids[0])[0])
 	require.NoError(t, err)

@@ -1,0 +1,286 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/throttlekit/throttlekit/throttler"
+)
+
+const sidesHelp = `Backends: give one of --redis, --redis-cluster, --redis-groups or
+--memcached, or the two sides of a rollout (package rollout) as --old and
+--new, each KIND=VALUE where KIND is redis, redis-cluster, redis-groups or
+memcached and VALUE is what that flag takes:
+
+  --old memcached=10.0.0.1:11211,10.0.0.2:11211 --old-prefix tk
+  --new 'redis-groups=a=redis://10.0.0.3:6379?replica=redis://10.0.0.4:6379,b=redis://10.0.0.5:6379'
+  --new-prefix app-v2:
+
+Environment variables give defaults: THROTTLEKIT_REDIS, _REDIS_CLUSTER,
+_REDIS_GROUPS, _MEMCACHED, _OLD and _NEW are used only when no backend flag
+is given; THROTTLEKIT_PREFIX, _OLD_PREFIX, _NEW_PREFIX, _POLICY and
+_POLICY_NAME fill the flags of those names when they are not given.
+`
+
+const inspectDescription = `Inspect shows, for every limit of the policy, what the identifier has used,
+what remains and when the limit is whole again, on every side (the old and
+the new backend of a rollout, both when both are given). It peeks
+(Throttler.Peek): nothing is consumed and no window is opened. A side that
+holds nothing shows full quotas. The policy and its name must be the
+application's: stored keys hold the policy name and each limit's name,
+algorithm and window.
+
+  throttlekit inspect --redis redis://127.0.0.1:6379 --policy "10/s, 5000/h" user:42
+
+Exit status 4 when no side holds any state for the identifier (every limit
+at full quota); 1 when a side failed (its error is in the output).
+
+` + sidesHelp
+
+const resetDescription = `Reset forgets the identifier's state under the policy (Throttler.Reset) on
+every side, so that every limit is whole again at once. With --old and
+--new, both sides are reset, as rollout.Backend.Reset does. A side that
+fails does not stop the others; the exit status is then 1.
+
+  throttlekit reset --memcached 127.0.0.1:11211 --policy "10/s, 5000/h" user:42
+
+` + sidesHelp
+
+// inspectDoc is the JSON document of inspect (schema in doc.go).
+type inspectDoc struct {
+	Command    string    `json:"command"`
+	Identifier string    `json:"identifier"`
+	Policy     policyDoc `json:"policy"`
+	At         string    `json:"at"`
+	Found      bool      `json:"found"`
+	Sides      []sideDoc `json:"sides"`
+}
+
+type sideDoc struct {
+	Side    string     `json:"side"`
+	Backend string     `json:"backend"`
+	Target  string     `json:"target"`
+	Prefix  string     `json:"prefix"`
+	Group   string     `json:"group,omitempty"`
+	OK      bool       `json:"ok"`
+	Error   string     `json:"error,omitempty"`
+	Limits  []limitDoc `json:"limits,omitempty"`
+}
+
+type limitDoc struct {
+	Name      string `json:"name"`
+	Algorithm string `json:"algorithm"`
+	WindowMs  int64  `json:"window_ms"`
+	Limit     int64  `json:"limit"`
+	Used      int64  `json:"used"`
+	Remaining int64  `json:"remaining"`
+	ResetAt   string `json:"reset_at"`
+	ResetInMs int64  `json:"reset_in_ms"`
+}
+
+// target is what inspect and reset work on: the identifier, the policy
+// and the opened sides.
+type target struct {
+	id     string
+	policy *throttler.Policy
+	sides  []*side
+	close  func()
+	json   bool
+	tmo    time.Duration
+}
+
+// setupTarget parses the flags shared by inspect and reset and opens the
+// sides.
+func setupTarget(a *app, name, description string, args []string) (*target, error) {
+	fs := newFlagSet(name, name+" [flags] ID", description)
+	cf := addConnFlags(fs, true, true)
+	pf := addPolicyFlags(fs, true)
+	asJSON := fs.Bool("json", false, "print a JSON document (schema in the package documentation)")
+	pos, err := parseFlags(fs, a, args)
+	if err != nil {
+		return nil, err
+	}
+	cf.resolve(fs, a.getenv, true)
+	pf.resolve(fs, a.getenv)
+	if len(pos) != 1 {
+		return nil, usagef("want one identifier, got %d arguments", len(pos))
+	}
+	if err := checkIdentifier(pos[0]); err != nil {
+		return nil, err
+	}
+	if cf.timeout <= 0 {
+		return nil, usagef("--timeout must be positive")
+	}
+	p, err := parsePolicy(pf.name, pf.spec)
+	if err != nil {
+		return nil, err
+	}
+	specs, err := cf.sides()
+	if err != nil {
+		return nil, err
+	}
+	sides, closeAll, err := openSides(specs, cf.timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &target{id: pos[0], policy: p, sides: sides, close: closeAll, json: *asJSON, tmo: cf.timeout}, nil
+}
+
+// throttlerFor returns a quiet Throttler over one side, failing closed so
+// that no failure reads as a figure.
+func (t *target) throttlerFor(s *side) (*throttler.Throttler, error) {
+	return throttler.New(s.backend, throttler.WithLogger(nil), throttler.WithCallTimeout(t.tmo),
+		throttler.WithFailureMode(throttler.FailClosed))
+}
+
+func (t *target) sideDoc(s *side) sideDoc {
+	return sideDoc{Side: s.name, Backend: s.kind, Target: s.target, Prefix: s.prefix, Group: s.ownerGroup(t.id)}
+}
+
+func runInspect(ctx context.Context, a *app, args []string) error {
+	t, err := setupTarget(a, "inspect", inspectDescription, args)
+	if err != nil {
+		return err
+	}
+	defer t.close()
+	now := time.Now()
+	doc := &inspectDoc{Command: "inspect", Identifier: t.id, At: jsonTime(now),
+		Policy: describePolicy(t.policy)}
+	failed := false
+	for _, s := range t.sides {
+		sd := t.sideDoc(s)
+		r, err := t.peek(ctx, s)
+		if err != nil {
+			sd.Error = err.Error()
+			failed = true
+		} else {
+			sd.OK = true
+			for _, l := range r.Limits {
+				sd.Limits = append(sd.Limits, limitDoc{Name: l.Name, Algorithm: l.Algorithm.String(),
+					WindowMs: l.Window.Milliseconds(), Limit: l.Limit, Used: l.Used, Remaining: l.Remaining,
+					ResetAt: jsonTime(l.ResetAt), ResetInMs: max(l.ResetAt.Sub(r.At), 0).Milliseconds()})
+				if l.Used > 0 {
+					doc.Found = true
+				}
+			}
+		}
+		doc.Sides = append(doc.Sides, sd)
+	}
+	if t.json {
+		if err := writeJSON(a.stdout, doc); err != nil {
+			return err
+		}
+	} else {
+		printInspect(a, doc)
+	}
+	switch {
+	case ctx.Err() != nil:
+		return errInterrupted
+	case failed:
+		return errReported
+	case !doc.Found:
+		return errNotFound
+	}
+	return nil
+}
+
+// peek reads one side's figures; a degraded result is the side's failure.
+func (t *target) peek(ctx context.Context, s *side) (throttler.Result, error) {
+	th, err := t.throttlerFor(s)
+	if err != nil {
+		return throttler.Result{}, err
+	}
+	r, err := th.Peek(ctx, t.policy, t.id)
+	if err != nil {
+		return r, err
+	}
+	if r.Degraded {
+		if r.Err != nil {
+			return r, r.Err
+		}
+		return r, errors.New("backend failed")
+	}
+	return r, nil
+}
+
+func printInspect(a *app, doc *inspectDoc) {
+	w := a.stdout
+	fmt.Fprintf(w, "Identifier %q, policy %s, at %s\n\n", doc.Identifier, doc.Policy.Notation, doc.At)
+	tw := newTable(w)
+	row(tw, "SIDE", "BACKEND", "LIMIT", "USED", "REMAINING", "OF", "RESETS AT", "RESETS IN")
+	for _, s := range doc.Sides {
+		backend := s.Backend + " " + s.Target
+		if s.Group != "" {
+			backend += " (group " + s.Group + ")"
+		}
+		if !s.OK {
+			row(tw, s.Side, backend, "error: "+s.Error)
+			continue
+		}
+		for _, l := range s.Limits {
+			row(tw, s.Side, backend, l.Name, l.Used, l.Remaining, l.Limit, l.ResetAt,
+				roundDuration(time.Duration(l.ResetInMs)*time.Millisecond))
+		}
+	}
+	tw.Flush()
+	if !doc.Found {
+		fmt.Fprintln(w, "\nNo state stored on any side: every limit is at its full quota.")
+	}
+}
+
+// resetDoc is the JSON document of reset (schema in doc.go).
+type resetDoc struct {
+	Command    string    `json:"command"`
+	Identifier string    `json:"identifier"`
+	Policy     policyDoc `json:"policy"`
+	Sides      []sideDoc `json:"sides"`
+}
+
+func runReset(ctx context.Context, a *app, args []string) error {
+	t, err := setupTarget(a, "reset", resetDescription, args)
+	if err != nil {
+		return err
+	}
+	defer t.close()
+	doc := &resetDoc{Command: "reset", Identifier: t.id, Policy: describePolicy(t.policy)}
+	failed := false
+	for _, s := range t.sides {
+		sd := t.sideDoc(s)
+		th, err := t.throttlerFor(s)
+		if err == nil {
+			err = th.Reset(ctx, t.policy, t.id)
+		}
+		if err != nil {
+			sd.Error, failed = err.Error(), true
+		} else {
+			sd.OK = true
+		}
+		doc.Sides = append(doc.Sides, sd)
+	}
+	if t.json {
+		if err := writeJSON(a.stdout, doc); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(a.stdout, "Identifier %q, policy %s\n\n", doc.Identifier, doc.Policy.Notation)
+		tw := newTable(a.stdout)
+		row(tw, "SIDE", "BACKEND", "RESULT")
+		for _, s := range doc.Sides {
+			result := "reset"
+			if !s.OK {
+				result = "error: " + s.Error
+			}
+			row(tw, s.Side, s.Backend+" "+s.Target, result)
+		}
+		tw.Flush()
+	}
+	switch {
+	case ctx.Err() != nil:
+		return errInterrupted
+	case failed:
+		return errReported
+	}
+	return nil
+}
