@@ -110,7 +110,7 @@ type fetchResult struct {
 // http.DefaultClient, waits for ever on a server that hangs.
 const DefaultHTTPTimeout = 10 * time.Second
 
-// Option configures an Source.
+// Option configures a Source.
 type Option func(*config)
 
 type config struct {
