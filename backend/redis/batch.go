@@ -26,6 +26,15 @@ const DefaultMaxBatch = 128
 // never waits on a timer and adds nothing at low load. maxBatch bounds a
 // round trip's calls (DefaultMaxBatch when 0).
 //
+// On a standalone client (*goredis.Client: one server, a Sentinel failover
+// client, or one group of package redisgroups) the decisions of a round
+// trip are moreover decided by one script call, decide_many.lua, which
+// runs decide.lua's logic for each in turn: Redis then pays its per-call
+// cost (parsing, the script's setup, the reply) once per round trip
+// instead of once per decision. On a Cluster the keys of one script call
+// must share a slot, so there each decision keeps its own call, and
+// go-redis sends each node its part of the pipeline.
+//
 // Each call still waits on its own context: one that ends before its round
 // trip returns fails alone with the context's error (its decision may still
 // apply, as with any timed-out call), and a call whose reply is an error
@@ -78,6 +87,9 @@ type batcher struct {
 	// goroutine, bounded by its own context; only for clients that honour
 	// context deadlines.
 	inline bool
+	// many sends a round trip's decisions as one call of decide_many.lua;
+	// only for a client whose commands all go to one server.
+	many bool
 
 	mu      sync.Mutex
 	queue   []*pending
@@ -98,7 +110,8 @@ func newBatcher(c Client, maxBatch int, inline bool) (*batcher, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: WithBatching needs a client with a Pipeline method, not %T", driver.ErrInvalidOption, c)
 	}
-	return &batcher{client: c, pipe: p, max: maxBatch, inline: inline}, nil
+	_, standalone := c.(*goredis.Client)
+	return &batcher{client: c, pipe: p, max: maxBatch, inline: inline, many: standalone}, nil
 }
 
 // run sends one script call with the next round trip and waits for its
@@ -193,7 +206,9 @@ func (bt *batcher) send() {
 	}
 }
 
-// roundTrip sends batch as one pipeline and hands each call its reply.
+// roundTrip sends batch as one pipeline, its decisions as one call of
+// decide_many.lua when the batcher has many set, and hands each call its
+// reply.
 func (bt *batcher) roundTrip(batch []*pending) {
 	ctx, cancel := batchContext(batch)
 	defer cancel()
@@ -205,7 +220,17 @@ func (bt *batcher) roundTrip(batch []*pending) {
 	}
 	pipe := bt.pipe.Pipeline()
 	cmds := make([]*goredis.Cmd, len(batch))
+	var many manyCall
+	if bt.many {
+		many = bt.collectDecisions(ctx, pipe, batch)
+	}
+	// inMany[i]: batch[i] rides in the decide_many.lua call. Read before
+	// any reply is handed out: a caller reuses its pending once answered.
+	inMany := make([]bool, len(batch))
 	for i, p := range batch {
+		if inMany[i] = many.cmd != nil && isDecision(p); inMany[i] {
+			continue
+		}
 		if p.readOnly {
 			cmds[i] = pipe.EvalShaRO(ctx, p.script.Hash(), p.keys, p.args...)
 		} else {
@@ -213,7 +238,13 @@ func (bt *batcher) roundTrip(batch []*pending) {
 		}
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
+	if many.cmd != nil {
+		bt.answerDecisions(ctx, many)
+	}
 	for i, p := range batch {
+		if inMany[i] {
+			continue
+		}
 		p.reply, p.err = cmds[i].Result()
 		if p.err != nil && goredis.HasErrorPrefix(p.err, "NOSCRIPT") {
 			// The server lost its script cache (a restart, SCRIPT FLUSH):
@@ -248,4 +279,92 @@ func batchContext(batch []*pending) (context.Context, context.CancelFunc) {
 		}
 	}
 	return context.WithDeadline(context.Background(), latest)
+}
+
+// manyCall is the decide_many.lua call that carries a round trip's
+// decisions.
+type manyCall struct {
+	cmd   *goredis.Cmd
+	calls []*pending // the decisions, in the order of the script's reply
+	keys  []string
+	args  []any
+}
+
+// isDecision reports whether p is a call of decide.lua, which a
+// decide_many.lua call can carry.
+func isDecision(p *pending) bool {
+	return p.script == decideScript && !p.readOnly
+}
+
+// collectDecisions queues, on pipe, one call of decide_many.lua for the
+// decisions of batch when there are at least two; the other calls of the
+// batch go on their own. It returns the zero manyCall when it queued
+// nothing.
+func (bt *batcher) collectDecisions(ctx context.Context, pipe goredis.Pipeliner, batch []*pending) manyCall {
+	var calls []*pending
+	for _, p := range batch {
+		if isDecision(p) {
+			calls = append(calls, p)
+		}
+	}
+	if len(calls) < 2 {
+		return manyCall{}
+	}
+	m := newManyCall(calls)
+	m.cmd = pipe.EvalSha(ctx, decideManyScript.Hash(), m.keys, m.args...)
+	return m
+}
+
+// newManyCall lays out the keys and arguments of one decide_many.lua call
+// for calls: the number of decisions, then each decision's number of keys
+// and its decide.lua arguments; the keys one decision's after another's.
+func newManyCall(calls []*pending) manyCall {
+	nkeys, nargs := 0, 1
+	for _, p := range calls {
+		nkeys += len(p.keys)
+		nargs += 1 + len(p.args)
+	}
+	m := manyCall{calls: calls, keys: make([]string, 0, nkeys), args: make([]any, 0, nargs)}
+	m.args = append(m.args, len(calls))
+	for _, p := range calls {
+		m.keys = append(m.keys, p.keys...)
+		m.args = append(m.args, len(p.keys))
+		m.args = append(m.args, p.args...)
+	}
+	return m
+}
+
+// answerDecisions hands each decision of m its part of the reply. A
+// server that lost its script cache gets the call again with the whole
+// script.
+func (bt *batcher) answerDecisions(ctx context.Context, m manyCall) {
+	reply, err := m.cmd.Result()
+	if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+		reply, err = decideManyScript.Run(ctx, bt.client, m.keys, m.args...).Result()
+	}
+	m.deliver(reply, err)
+}
+
+// deliver gives each decision of m its element of reply and wakes its
+// caller. An element that is an error (a foreign value under that
+// decision's keys) fails that decision alone; an error of the whole call
+// fails every decision of it.
+func (m *manyCall) deliver(reply any, err error) {
+	items, ok := reply.([]any)
+	if err == nil && (!ok || len(items) != len(m.calls)) {
+		err = fmt.Errorf("%w: decide_many.lua answered %T for %d decisions", ErrUnexpectedReply, reply, len(m.calls))
+	}
+	for i, p := range m.calls {
+		switch {
+		case err != nil:
+			p.reply, p.err = nil, err
+		default:
+			if e, isErr := items[i].(error); isErr {
+				p.reply, p.err = nil, e
+			} else {
+				p.reply, p.err = items[i], nil
+			}
+		}
+		p.done <- struct{}{}
+	}
 }

@@ -18,10 +18,12 @@ import (
 )
 
 // pipelineSizes is a go-redis hook that records the size of every
-// pipeline the client sends.
+// pipeline the client sends, in script calls (a decide_many.lua call counts
+// as the decisions it carries).
 type pipelineSizes struct {
 	mu    sync.Mutex
 	sizes []int
+	many  int // calls of decide_many.lua among them
 }
 
 func (h *pipelineSizes) DialHook(next goredis.DialHook) goredis.DialHook { return next }
@@ -30,11 +32,44 @@ func (h *pipelineSizes) ProcessHook(next goredis.ProcessHook) goredis.ProcessHoo
 }
 func (h *pipelineSizes) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		n, many := 0, 0
+		for _, cmd := range cmds {
+			d, isMany := decisionsIn(cmd)
+			n += d
+			if isMany {
+				many++
+			}
+		}
 		h.mu.Lock()
-		h.sizes = append(h.sizes, len(cmds))
+		h.sizes = append(h.sizes, n)
+		h.many += many
 		h.mu.Unlock()
 		return next(ctx, cmds)
 	}
+}
+
+// decisionsIn is the number of script calls cmd stands for: the count of
+// decisions it carries for a call of decide_many.lua (many is then true),
+// else 1.
+func decisionsIn(cmd goredis.Cmder) (n int, many bool) {
+	args := cmd.Args()
+	if len(args) < 4 || cmd.Name() != "evalsha" || args[1] != redisbackend.DecideManyHash {
+		return 1, false
+	}
+	nkeys, ok := args[2].(int)
+	if !ok || len(args) <= 3+nkeys {
+		return 1, false
+	}
+	if n, ok = args[3+nkeys].(int); !ok {
+		return 1, false
+	}
+	return n, true
+}
+
+func (h *pipelineSizes) manyCalls() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.many
 }
 
 func (h *pipelineSizes) get() []int {
@@ -58,8 +93,9 @@ func TestWithBatchingRejectsBadOptions(t *testing.T) {
 // in the next one, and a batch fails only its own failing decisions: one
 // whose key holds a foreign value gets ErrForeignValue, one whose deadline
 // passes while it waits gets context.DeadlineExceeded, and every other
-// decision of the batch is decided normally. The script cache was flushed
-// before, so the batch also meets NOSCRIPT and recovers from it.
+// decision of the batch is decided normally. The decisions go as one call
+// of decide_many.lua, the script cache was flushed before, so the batch
+// also meets NOSCRIPT and recovers from it.
 func TestBatchFailsOnlyItsFailingDecisions(t *testing.T) {
 	ctx := context.Background()
 	server := ownRedis(t)
@@ -123,4 +159,5 @@ func TestBatchFailsOnlyItsFailingDecisions(t *testing.T) {
 	}
 	t.Logf("pipelines sent: %v", sizes.get())
 	assert.GreaterOrEqual(t, largest, n, "the queued decisions went out together")
+	assert.Positive(t, sizes.manyCalls(), "a standalone client's batch of decisions is one call of decide_many.lua")
 }

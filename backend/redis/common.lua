@@ -1,6 +1,7 @@
--- common.lua holds what decide.lua, peek.lua and refund.lua share: the
--- helpers of throttler/driver/algorithm.go and policy.go, each named after the Go
--- function it mirrors line for line, and the reading and writing of states.
+-- common.lua holds what decide.lua, decide_many.lua, peek.lua, refund.lua and
+-- take.lua share: the helpers of throttler/driver/algorithm.go and policy.go,
+-- each named after the Go function it mirrors line for line, and the reading
+-- and writing of states.
 -- redis.go splices it into each script right after the script's first line,
 -- its shebang, so every script Redis runs is whole in itself.
 --
@@ -138,18 +139,25 @@ end
 -- read_request parses ARGV and reads every limit's state, all before any
 -- write, so that a foreign value stops a script before it changes anything.
 -- It returns nil and an error message for a foreign value.
-local function read_request()
+--
+-- Called without arguments it reads the whole of KEYS and ARGV. decide_many.lua,
+-- which decides several requests in one call, passes where one request's
+-- part starts: its keys are KEYS[k0 + 1] to KEYS[k0 + n] and its arguments
+-- ARGV[a0 + 1] onwards, laid out as above.
+local function read_request(k0, a0, n)
+  k0, a0, n = k0 or 0, a0 or 0, n or #KEYS
   local req = {
-    now_ms = tonumber(ARGV[1]),
-    now_us = tonumber(ARGV[2]),
-    cost = tonumber(ARGV[3]),
-    grace_ms = tonumber(ARGV[4]),
+    now_ms = tonumber(ARGV[a0 + 1]),
+    now_us = tonumber(ARGV[a0 + 2]),
+    cost = tonumber(ARGV[a0 + 3]),
+    grace_ms = tonumber(ARGV[a0 + 4]),
+    k0 = k0,
     limits = {},
     states = {},
-    present = {}, -- present[i]: KEYS[i] was stored
+    present = {}, -- present[i]: KEYS[k0 + i] was stored
   }
-  for i = 1, #KEYS do
-    local a = 4 + (i - 1) * 5
+  for i = 1, n do
+    local a = a0 + 4 + (i - 1) * 5
     req.limits[i] = {
       Algorithm = tonumber(ARGV[a + 1]),
       Max = tonumber(ARGV[a + 2]),
@@ -157,7 +165,7 @@ local function read_request()
       Capacity = tonumber(ARGV[a + 4]),
       Emission = tonumber(ARGV[a + 5]),
     }
-    local stored = redis.call('GET', KEYS[i])
+    local stored = redis.call('GET', KEYS[k0 + i])
     req.present[i] = stored ~= false
     if stored == false then
       req.states[i] = {Used = 0, End = 0, Prev = 0}
@@ -172,7 +180,7 @@ local function read_request()
       used, ends, prev = tonumber(used), tonumber(ends), tonumber(prev)
       if used == nil or ends == nil or prev == nil or math.abs(used) > MAX_EXACT or math.abs(ends) > MAX_EXACT
           or math.abs(prev) > MAX_EXACT then
-        return nil, 'THROTTLEKIT_FOREIGN_VALUE key ' .. KEYS[i] .. ' holds a value this script did not write'
+        return nil, 'THROTTLEKIT_FOREIGN_VALUE key ' .. KEYS[k0 + i] .. ' holds a value this script did not write'
       end
       req.states[i] = {Used = used, End = ends, Prev = prev}
     end
@@ -215,7 +223,7 @@ local function write_state(req, i, s, ttl)
   else
     value = string.format('%d:%d', s.Used, s.End)
   end
-  redis.call('SET', KEYS[i], value, 'PX', ttl)
+  redis.call('SET', KEYS[req.k0 + i], value, 'PX', ttl)
 end
 
 -- reply is what every script returns: {first, used_1, end_1, prev_1,
@@ -231,3 +239,16 @@ local function reply(first, states)
   return out
 end
 
+-- decide_request decides a request read by read_request, writes the new
+-- states when it is allowed (and costs something), and returns the reply:
+-- the body of decide.lua, which decide_many.lua runs once per request.
+local function decide_request(req)
+  local allowed, next = decide(req.limits, req.now_ms, req.now_us, req.cost, req.states)
+  if allowed and req.cost > 0 then
+    local ttl = policy_ttl(req, next, nil)
+    for i = 1, #next do
+      write_state(req, i, next[i], ttl)
+    end
+  end
+  return reply(allowed and 1 or 0, next)
+end

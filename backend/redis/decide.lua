@@ -18,11 +18,4 @@ local req, err = read_request()
 if req == nil then
   return redis.error_reply(err)
 end
-local allowed, next = decide(req.limits, req.now_ms, req.now_us, req.cost, req.states)
-if allowed and req.cost > 0 then
-  local ttl = policy_ttl(req, next, nil)
-  for i = 1, #next do
-    write_state(req, i, next[i], ttl)
-  end
-end
-return reply(allowed and 1 or 0, next)
+return decide_request(req)

@@ -203,3 +203,72 @@ func nextNow(rng *rand.Rand, p *driver.Policy, now time.Time) time.Time {
 		return now.Add(time.Duration(rng.Int64N(int64(w)/3 + 1)))
 	}
 }
+
+// decide_many.lua decides a batch exactly as decide.lua decides its
+// requests one after the other. Random batches (up to 24 requests, several
+// for one identifier, up to three policies of every algorithm, clocks that
+// differ from request to request, a key holding a foreign value in some
+// rounds) go through decide_many.lua under one prefix, and one by one
+// through decide.lua under another; every outcome, every error and every
+// stored state must match.
+func TestDecideManyMirrorsDecide(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, standalone(t).primary.Addr())
+	many := mustBackend(t, c, redisbackend.WithPrefix(newPrefix()))
+	one := mustBackend(t, c, redisbackend.WithPrefix(newPrefix()))
+	rng := rand.New(rand.NewPCG(20261124, 7))
+	const rounds, steps = 150, 6
+	deadline := time.Now().Add(60 * time.Second)
+	batches, foreignSeen := 0, 0
+	for round := 0; round < rounds && time.Now().Before(deadline); round++ {
+		policies := make([]*driver.Policy, 1+rng.IntN(3))
+		for i := range policies {
+			policies[i] = testkit.Compile(t, randomPolicy(t, rng, 3*round+i))
+		}
+		ids := []string{fmt.Sprint("round:", round, ":a"), fmt.Sprint("round:", round, ":b"), fmt.Sprint("round:", round, ":c")}
+		foreign := ""
+		if round%5 == 0 {
+			foreign = ids[2]
+			for _, b := range []*redisbackend.Backend{many, one} {
+				require.NoError(t, c.Set(ctx, b.Keys(policies[0], foreign)[0], "junk", time.Minute).Err())
+			}
+		}
+		now := randomStart(rng)
+		for range steps {
+			reqs := make([]driver.Request, 1+rng.IntN(24))
+			for i := range reqs {
+				p := policies[rng.IntN(len(policies))]
+				reqs[i] = driver.Request{Policy: p, Identifier: ids[rng.IntN(len(ids))], Cost: randomCost(rng, p), Now: now}
+				if rng.IntN(4) == 0 {
+					now = nextNow(rng, p, now)
+				}
+			}
+			outs, errs, err := many.DecideMany(ctx, reqs)
+			require.NoError(t, err)
+			require.Len(t, outs, len(reqs))
+			batches++
+			for i, req := range reqs {
+				want, wantErr := one.Decide(ctx, req)
+				if wantErr != nil {
+					require.ErrorIs(t, wantErr, redisbackend.ErrForeignValue)
+					require.ErrorIs(t, errs[i], redisbackend.ErrForeignValue, "request %d of %d", i, len(reqs))
+					foreignSeen++
+					continue
+				}
+				require.NoError(t, errs[i], "request %d of %d", i, len(reqs))
+				require.Equal(t, want, outs[i], "request %d of %d: %s for %s", i, len(reqs), req.Policy.Name, req.Identifier)
+			}
+			now = nextNow(rng, policies[0], now)
+		}
+		for pi, p := range policies {
+			for _, id := range ids {
+				if id == foreign && pi == 0 {
+					continue
+				}
+				require.Equal(t, storedStates(t, c, one.Keys(p, id)), storedStates(t, c, many.Keys(p, id)), "%s for %s", p.Name, id)
+			}
+		}
+	}
+	t.Logf("%d batches compared, %d decisions refused for a foreign value", batches, foreignSeen)
+	require.Positive(t, foreignSeen, "no batch met the foreign value")
+}

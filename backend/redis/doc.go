@@ -242,6 +242,15 @@
 // a single caller sees no difference. Every call keeps its own deadline,
 // and a failing call (a foreign value, a missed deadline) fails alone.
 //
+// On a standalone client (one server, Sentinel, or a group of package
+// redisgroups) the decisions of a round trip go as one call of
+// decide_many.lua, which decides them one after the other exactly as
+// decide.lua would (TestDecideManyMirrorsDecide), so Redis pays its
+// per-call cost once per round trip. On a Cluster every decision keeps a
+// call of its own: Redis 7 refuses a script whose declared keys span
+// slots, even with the allow-cross-slot-keys flag, and keys left
+// undeclared would let a slot migration stop a batch half done.
+//
 // # What Redis can lose
 //
 // The backend decides exactly as long as Redis keeps what it wrote. Three

@@ -64,6 +64,8 @@ var (
 	commonSource string
 	//go:embed decide.lua
 	decideSource string
+	//go:embed decide_many.lua
+	decideManySource string
 	//go:embed peek.lua
 	peekSource string
 	//go:embed refund.lua
@@ -76,9 +78,12 @@ var (
 	releaseSource string
 
 	decideScript = goredis.NewScript(withCommon(decideSource))
-	peekScript   = goredis.NewScript(withCommon(peekSource))
-	refundScript = goredis.NewScript(withCommon(refundSource))
-	takeScript   = goredis.NewScript(withCommon(takeSource))
+	// decideManyScript decides a batch of requests in one call (WithBatching
+	// on a standalone client).
+	decideManyScript = goredis.NewScript(withCommon(decideManySource))
+	peekScript       = goredis.NewScript(withCommon(peekSource))
+	refundScript     = goredis.NewScript(withCommon(refundSource))
+	takeScript       = goredis.NewScript(withCommon(takeSource))
 	// The lease scripts use none of common.lua.
 	acquireScript = goredis.NewScript(acquireSource)
 	releaseScript = goredis.NewScript(releaseSource)
