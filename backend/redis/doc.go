@@ -248,8 +248,10 @@
 // decide.lua would (TestDecideManyMirrorsDecide), so Redis pays its
 // per-call cost once per round trip. On a Cluster every decision keeps a
 // call of its own: Redis 7 refuses a script whose declared keys span
-// slots, even with the allow-cross-slot-keys flag, and keys left
-// undeclared would let a slot migration stop a batch half done.
+// slots, even with the allow-cross-slot-keys flag, and passing the other
+// keys as arguments instead would break the rule that a script declares
+// every key it touches, which Cluster routing and ACL key patterns rely
+// on.
 //
 // # What Redis can lose
 //
