@@ -3,6 +3,7 @@ package memcachedbackend
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -150,4 +151,59 @@ func routeOf(key string) string {
 		return key[:i]
 	}
 	return key
+}
+
+// Items names the memcached items that hold one identifier's state under
+// a policy, as a Backend with the same prefix stores them: what an
+// operator's tool looks up or deletes (cmd/throttlekit's explain prints
+// them).
+type Items struct {
+	// Route is the part every key of the identifier starts with; the
+	// server selector places the identifier's items by it.
+	Route string
+	// Limits holds, for each of the policy's limits in order, the keys of
+	// its items.
+	Limits []LimitItems
+}
+
+// LimitItems names the items of one limit. A fixed window (anchored or
+// aligned) has Window and CounterStem; a GCRA or sliding-window limit has
+// State alone.
+type LimitItems struct {
+	// Window is the fixed window's item, "end token" of the window open.
+	Window string
+	// CounterStem starts the keys of the window's counters: the counter
+	// of the window ending at end (Unix ms) and opened with token is
+	// CounterStem ":" end ":" token, holding the units used in it.
+	CounterStem string
+	// State is the compare-and-swap item of a GCRA limit (the theoretical
+	// arrival time in Unix µs) or of a sliding window ("used:end:prev").
+	State string
+}
+
+// ItemKeys returns the items a Backend made with WithPrefix(prefix)
+// stores for identifier under p ("" for DefaultPrefix). It contacts no
+// server. The error wraps driver.ErrInvalidOption for a prefix New would
+// refuse, and driver.ErrInvalidPolicy for a nil or zero policy.
+func ItemKeys(prefix string, p *driver.Policy, identifier string) (Items, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if len(driver.EscapeKey(prefix)) > MaxPrefixLen {
+		return Items{}, fmt.Errorf("%w: prefix longer than %d bytes once escaped", driver.ErrInvalidOption, MaxPrefixLen)
+	}
+	if !p.Valid() {
+		return Items{}, fmt.Errorf("%w: nil or zero policy", driver.ErrInvalidPolicy)
+	}
+	k := newKeys(driver.EscapeKey(prefix), p, identifier)
+	out := Items{Route: k.route, Limits: make([]LimitItems, len(p.Limits))}
+	for i := range p.Limits {
+		if k.casKinds[i] != "" {
+			out.Limits[i].State = k.cas(i)
+			continue
+		}
+		out.Limits[i].Window = k.window(i)
+		out.Limits[i].CounterStem = k.item(kindCounter, i)
+	}
+	return out, nil
 }

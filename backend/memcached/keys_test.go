@@ -133,3 +133,29 @@ func legalKey(key string) bool {
 	}
 	return true
 }
+
+// ItemKeys names the items a backend with the same prefix stores, for
+// every algorithm, and refuses what New would refuse.
+func TestItemKeys(t *testing.T) {
+	p := testkit.Compile(t, testkit.Policy(t, "core", "10/s, 100/min aligned, 50/h gcra, 300/10min sliding"))
+	items, err := ItemKeys("app", p, "user 7")
+	require.NoError(t, err)
+	k := newKeys(driver.EscapeKey("app"), p, "user 7")
+	require.Equal(t, k.route, items.Route)
+	require.Len(t, items.Limits, 4)
+	for i := range 2 {
+		require.Equal(t, LimitItems{Window: k.window(i), CounterStem: k.item(kindCounter, i)}, items.Limits[i])
+		require.Equal(t, k.counter(i, window{end: 42, token: "0123456789abcdef"}), items.Limits[i].CounterStem+":42:0123456789abcdef")
+	}
+	require.Equal(t, LimitItems{State: k.route + "|g:" + k.limits[2]}, items.Limits[2])
+	require.Equal(t, LimitItems{State: k.route + "|s:" + k.limits[3]}, items.Limits[3])
+
+	def, err := ItemKeys("", p, "u")
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(def.Route, DefaultPrefix+":"), def.Route)
+
+	_, err = ItemKeys(strings.Repeat("x", MaxPrefixLen+1), p, "u")
+	require.ErrorIs(t, err, driver.ErrInvalidOption)
+	_, err = ItemKeys("app", nil, "u")
+	require.ErrorIs(t, err, driver.ErrInvalidPolicy)
+}

@@ -172,7 +172,10 @@ func (o *cleanupOpts) check() error {
 	}
 	if !o.force {
 		for _, live := range append([]string{redisbackend.DefaultPrefix}, o.keep...) {
-			if strings.HasPrefix(live, o.prefix) {
+			// Every key of a live layout is live + "{" + escaped identifier
+			// + "}" ...: the prefix matches some of them when it starts the
+			// live prefix, or when it starts with the live prefix and a brace.
+			if strings.HasPrefix(live, o.prefix) || strings.HasPrefix(o.prefix, live+"{") {
 				return usagef("refusing --prefix %q: it also matches the keys of the live prefix %q (give --force if those are to go too)", o.prefix, live)
 			}
 		}
@@ -199,7 +202,7 @@ func openCleanupTarget(cf *connFlags) (*cleanupTarget, error) {
 	case kindRedis:
 		opts, err := goredis.ParseURL(s.value)
 		if err != nil {
-			return nil, usagef("--redis: %v", redactedError(err))
+			return nil, usagef("--redis: %v", redactedError(s.value, err))
 		}
 		opts.ContextTimeoutEnabled = true
 		client := goredis.NewClient(opts)
@@ -207,7 +210,7 @@ func openCleanupTarget(cf *connFlags) (*cleanupTarget, error) {
 	case kindRedisCluster:
 		opts, err := goredis.ParseClusterURL(s.value)
 		if err != nil {
-			return nil, usagef("--redis-cluster: %v", redactedError(err))
+			return nil, usagef("--redis-cluster: %v", redactedError(s.value, err))
 		}
 		opts.ContextTimeoutEnabled = true
 		client := goredis.NewClusterClient(opts)

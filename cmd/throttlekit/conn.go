@@ -220,7 +220,7 @@ func openSide(s sideSpec, timeout time.Duration) (*side, error) {
 	case kindRedis:
 		opts, err := goredis.ParseURL(s.spec.value)
 		if err != nil {
-			return nil, bad(redactedError(err))
+			return nil, bad(redactedError(s.spec.value, err))
 		}
 		opts.ContextTimeoutEnabled = true
 		client := goredis.NewClient(opts)
@@ -234,7 +234,7 @@ func openSide(s sideSpec, timeout time.Duration) (*side, error) {
 	case kindRedisCluster:
 		opts, err := goredis.ParseClusterURL(s.spec.value)
 		if err != nil {
-			return nil, bad(redactedError(err))
+			return nil, bad(redactedError(s.spec.value, err))
 		}
 		opts.ContextTimeoutEnabled = true
 		client := goredis.NewClusterClient(opts)
@@ -321,10 +321,16 @@ func splitList(s string) []string {
 	return out
 }
 
-// redactedError returns err with any URL password it quotes masked.
-// go-redis's parse errors quote parts of the URL, never a whole one, but a
-// password may hold characters that confuse the parser into quoting it.
-func redactedError(err error) error {
+// redactedError returns the error of parsing the URL raw, without
+// anything that could be part of a password. The parser's messages quote
+// pieces of the URL, and a password holding '#', '/' or '?' confuses it
+// into quoting part of the password (as a port, say), so when raw holds
+// credentials its message is replaced by a generic one.
+func redactedError(raw string, err error) error {
+	if strings.Contains(raw, "@") {
+		return errors.New("invalid URL (its text is not shown: it holds credentials); " +
+			"special characters in a user name or password must be percent-encoded")
+	}
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		return fmt.Errorf("invalid URL: %v", ue.Err)

@@ -66,8 +66,9 @@
 // "10/s, 5000/h gcra burst=20" is accepted as written. The command adds two
 // things ParsePolicy does not read, for policies built in code: a limit
 // may be named as NAME=LIMIT ("per-sec=10/s", as Limit.Named does), and
-// the whole may start with "NAME:" as Policy.String prints it
-// ("core: 10/s, 5000/h"). Otherwise the policy is named by --policy-name,
+// the whole may start with "NAME: ", a colon and a space, as Policy.String
+// prints it ("core: 10/s, 5000/h"); a colon without a space belongs to a
+// limit's name ("api:read=10/s"). Otherwise the policy is named by --policy-name,
 // "api" by default. Stored keys hold the policy's name and each limit's
 // name, algorithm and window (and a GCRA limit's burst), so these must be
 // the application's for inspect and reset to find its state; a mismatch
@@ -142,7 +143,8 @@
 // slot of the identifier's hash tag, and with --redis-groups the group
 // that owns it) and the memcached backend (<prefix>:<policy>:<id> "|" kind
 // ":" limit key, kind w for a window item, c for its counter, g for a GCRA
-// item) store for an example identifier (--id, "user:42"). It contacts no
+// item, s for a sliding window's item, as memcachedbackend.ItemKeys names
+// them) store for an example identifier (--id, "user:42"). It contacts no
 // server.
 //
 // # Output
@@ -207,11 +209,12 @@
 //	    "max": 5000, "window": "1h", "window_ms": 3600000,
 //	    "burst": 20,                          // as given; 0 when not set
 //	    "capacity": 20,                       // the largest cost: max, or the burst for gcra
-//	    "emission_interval_us": 720000,
+//	    "emission_interval_us": 720000,      // GCRA only; 0 for window algorithms
 //	    "key": "5000%2Fh%20gcra%20burst%3D20:gcra:3600000:20",
 //	    "redis_key": "throttlekit:{user%3A42}:api:5000%2Fh%20gcra%20burst%3D20:gcra:3600000:20",
 //	    "memcached_keys": {"gcra": "tk:api:user%3A42|g:5000%2Fh%20gcra%20burst%3D20:gcra:3600000:20"}
-//	                                          // fixed windows: "window" and "counter" (ending ":<end>:<token>")
+//	                                          // fixed windows: "window" and "counter" (ending ":<end>:<token>");
+//	                                          // sliding windows: "sliding"
 //	  }],
 //	  "redis": {"prefix": "throttlekit:", "hash_tag": "{user%3A42}", "slot": 2308, "group": "a"},
 //	  "memcached": {"prefix": "tk", "route": "tk:api:user%3A42"}

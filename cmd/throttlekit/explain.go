@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/bradfitz/gomemcache/memcache"
 	goredis "github.com/redis/go-redis/v9"
 
 	memcachedbackend "github.com/throttlekit/throttlekit/backend/memcached"
@@ -141,15 +140,16 @@ func explain(p *throttler.Policy, id, prefix, groups string) (*explainDoc, error
 	if err != nil {
 		return nil, usagef("--prefix: %v", err)
 	}
-	if _, err := memcachedbackend.New(memcache.New("127.0.0.1:0"), memcachedbackend.WithPrefix(memcPrefix)); err != nil {
+	items, err := memcachedbackend.ItemKeys(memcPrefix, dp, id)
+	if err != nil {
 		return nil, usagef("--prefix: %v", err)
 	}
 	redisKeys := rb.Keys(dp, id)
-	route := memcachedRoute(memcPrefix, dp, id)
+	route := items.Route
 
 	doc := &explainDoc{
 		Command:    "explain",
-		Policy:     policyDoc{Name: dp.Name, Notation: p.String(), Capacity: dp.Capacity},
+		Policy:     policyDoc{Name: dp.Name, Notation: notation(p), Capacity: dp.Capacity},
 		Identifier: id,
 		Redis: explainRedis{Prefix: redisPrefix, HashTag: "{" + driver.EscapeKey(id) + "}",
 			Slot: keyslot.Of(redisKeys[0])},
@@ -171,14 +171,20 @@ func explain(p *throttler.Policy, id, prefix, groups string) (*explainDoc, error
 		el := explainLimit{
 			Name: l.Name, Notation: userLimits[i].String(), Algorithm: l.Algorithm.String(),
 			Max: l.Max, Window: formatWindow(l.Window), WindowMs: l.WindowMillis,
-			Burst: userLimits[i].Burst, Capacity: l.Capacity, EmissionIntervalUs: l.EmissionMicros,
+			Burst: userLimits[i].Burst, Capacity: l.Capacity,
 			Key: l.Key, RedisKey: redisKeys[i], MemcachedKeys: map[string]string{},
 		}
 		if l.Algorithm == driver.GCRA {
-			el.MemcachedKeys["gcra"] = memcachedItem(route, "g", l)
-		} else {
-			el.MemcachedKeys["window"] = memcachedItem(route, "w", l)
-			el.MemcachedKeys["counter"] = memcachedItem(route, "c", l) + ":<end>:<token>"
+			el.EmissionIntervalUs = l.EmissionMicros // 0 for the window algorithms, which have none
+		}
+		switch it := items.Limits[i]; l.Algorithm {
+		case driver.GCRA:
+			el.MemcachedKeys["gcra"] = it.State
+		case driver.SlidingWindow:
+			el.MemcachedKeys["sliding"] = it.State
+		default:
+			el.MemcachedKeys["window"] = it.Window
+			el.MemcachedKeys["counter"] = it.CounterStem + ":<end>:<token>"
 		}
 		doc.Limits = append(doc.Limits, el)
 	}
@@ -213,14 +219,14 @@ func printExplain(a *app, doc *explainDoc) {
 		row(tw, l.Name, l.RedisKey)
 	}
 	tw.Flush()
-	fmt.Fprintln(w, `Each key holds the string "used:end"; an identifier's keys share one slot and one expiry.`)
+	fmt.Fprintln(w, `Each key holds the string "used:end" ("used:end:prev" for a sliding window); an identifier's keys share one slot and one expiry.`)
 
 	fmt.Fprintf(w, "\nmemcached keys (prefix %q; the route %q picks the server):\n", doc.Memcached.Prefix, doc.Memcached.Route)
 	tw = newTable(w)
 	row(tw, "LIMIT", "ITEM", "KEY")
 	for _, l := range doc.Limits {
 		name := l.Name
-		for _, kind := range []string{"window", "counter", "gcra"} {
+		for _, kind := range []string{"window", "counter", "gcra", "sliding"} {
 			if k, ok := l.MemcachedKeys[kind]; ok {
 				row(tw, name, kind, k)
 				name = ""
@@ -228,5 +234,5 @@ func printExplain(a *app, doc *explainDoc) {
 		}
 	}
 	tw.Flush()
-	fmt.Fprintln(w, `A window item holds "end token"; its counter is named after both. A gcra item holds the arrival time in µs.`)
+	fmt.Fprintln(w, `A window item holds "end token"; its counter is named after both. A gcra item holds the arrival time in µs; a sliding item "used:end:prev".`)
 }

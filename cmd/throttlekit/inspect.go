@@ -210,13 +210,17 @@ func printInspect(a *app, doc *inspectDoc) {
 	fmt.Fprintf(w, "Identifier %q, policy %s, at %s\n\n", doc.Identifier, doc.Policy.Notation, doc.At)
 	tw := newTable(w)
 	row(tw, "SIDE", "BACKEND", "LIMIT", "USED", "REMAINING", "OF", "RESETS AT", "RESETS IN")
+	var failed []string
 	for _, s := range doc.Sides {
 		backend := s.Backend + " " + s.Target
 		if s.Group != "" {
 			backend += " (group " + s.Group + ")"
 		}
 		if !s.OK {
-			row(tw, s.Side, backend, "error: "+s.Error)
+			// A whole row of empty cells keeps the columns of the sides
+			// that answered aligned; the error follows the table.
+			row(tw, s.Side, backend, "(failed, see below)", "", "", "", "", "")
+			failed = append(failed, fmt.Sprintf("%s side, %s: %s", s.Side, backend, s.Error))
 			continue
 		}
 		for _, l := range s.Limits {
@@ -225,8 +229,15 @@ func printInspect(a *app, doc *inspectDoc) {
 		}
 	}
 	tw.Flush()
-	if !doc.Found {
+	for _, f := range failed {
+		fmt.Fprintln(w, "\nError on the "+f)
+	}
+	switch {
+	case doc.Found:
+	case len(failed) == 0:
 		fmt.Fprintln(w, "\nNo state stored on any side: every limit is at its full quota.")
+	case len(failed) < len(doc.Sides):
+		fmt.Fprintln(w, "\nNo state stored on the sides that answered.")
 	}
 }
 

@@ -226,7 +226,8 @@ func TestInspectSingleBackends(t *testing.T) {
 	require.NoError(t, client.HSet(ctx, keys[0], "x", "y").Err())
 	code, out, _ = runCLI(t, "inspect", "user:7", "--redis", "redis://"+r.Addr(), "--policy", "10/min")
 	assert.Equal(t, exitFailed, code)
-	assert.Contains(t, out, "error: ")
+	assert.Contains(t, out, "Error on the main side, redis "+r.Addr()+": ")
+	assert.NotContains(t, out, "No state stored", "a side that failed was not read")
 }
 
 func mustCompiled(t *testing.T, p *throttler.Policy) *driver.Policy {
@@ -239,7 +240,7 @@ func mustCompiled(t *testing.T, p *throttler.Policy) *driver.Policy {
 func TestExplainKeysExistOnServers(t *testing.T) {
 	localserver.SkipIfShort(t)
 	ctx := context.Background()
-	const spec = "per-sec=10/s, 100/min aligned, 5000/h gcra burst=20"
+	const spec = "per-sec=10/s, 100/min aligned, 5000/h gcra burst=20, 300/10min sliding"
 	policy, err := parsePolicy("core", spec)
 	require.NoError(t, err)
 	id := "tenant 7/user:42"
@@ -266,7 +267,8 @@ func TestExplainKeysExistOnServers(t *testing.T) {
 	code, out, errOut := runCLI(t, "explain", "--json", "--prefix", "app:", "--policy-name", "core", "--id", id, spec)
 	require.Equal(t, exitOK, code, errOut)
 	doc := decode[explainDoc](t, out)
-	require.Len(t, doc.Limits, 3)
+	require.Len(t, doc.Limits, 4)
+	assert.Contains(t, doc.Limits[3].MemcachedKeys, "sliding")
 	for _, l := range doc.Limits {
 		n, err := client.Exists(ctx, l.RedisKey).Result()
 		require.NoError(t, err)

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"flag"
 	"strings"
 
@@ -43,24 +41,25 @@ func (p *policyFlags) resolve(fs *flag.FlagSet, getenv func(string) string) {
 
 // parsePolicy reads a policy in the command's notation: ParsePolicy's
 // comma-separated limits, each optionally named as NAME=LIMIT, the whole
-// optionally prefixed by "POLICYNAME:" as Policy.String prints it. name is
-// --policy-name; it must agree with a "POLICYNAME:" prefix if both are
-// given. Errors are usageErrors.
+// optionally prefixed by "POLICYNAME: " as Policy.String prints it (see
+// cutPolicyName). name is --policy-name; it must agree with a
+// "POLICYNAME: " prefix if both are given. Errors are usageErrors.
 func parsePolicy(name, spec string) (*throttler.Policy, error) {
 	spec = strings.TrimSpace(spec)
 	if spec == "" {
 		return nil, usagef("a policy is required: --policy \"10/s, 5000/h\"")
 	}
-	// Limits never hold ':', so the last one ends a policy name.
-	if i := strings.LastIndexByte(spec, ':'); i >= 0 {
-		inline := strings.TrimSpace(spec[:i])
+	if inline, rest, ok := cutPolicyName(spec); ok {
 		if inline == "" {
 			return nil, usagef("policy %q: empty name before ':'", spec)
+		}
+		if strings.ContainsAny(inline, ",=/") {
+			return nil, usagef("policy %q: a policy name ends at the first \": \" and holds no ',', '=' or '/'; give the name with --policy-name", spec)
 		}
 		if name != "" && name != inline {
 			return nil, usagef("policy named %q by --policy-name and %q in --policy", name, inline)
 		}
-		name, spec = inline, spec[i+1:]
+		name, spec = inline, rest
 	}
 	if name == "" {
 		name = defaultPolicyName
@@ -94,6 +93,42 @@ func parsePolicy(name, spec string) (*throttler.Policy, error) {
 	return p, nil
 }
 
+// cutPolicyName splits "NAME: limits" as Policy.String prints it, at the
+// first colon followed by a space or a tab. A colon without one belongs to
+// a limit's name ("api:read=10/s"), never ends a policy name.
+func cutPolicyName(spec string) (name, rest string, ok bool) {
+	for i := 0; i+1 < len(spec); i++ {
+		if spec[i] == ':' && (spec[i+1] == ' ' || spec[i+1] == '\t') {
+			return strings.TrimSpace(spec[:i]), spec[i+1:], true
+		}
+	}
+	if strings.HasSuffix(spec, ":") {
+		return strings.TrimSpace(spec[:len(spec)-1]), "", true
+	}
+	return "", spec, false
+}
+
+// notation writes p in the command's notation, so that it reads back as
+// the same policy: "NAME: " and each limit, a named limit as NAME=LIMIT
+// (Policy.String leaves limit names out).
+func notation(p *throttler.Policy) string {
+	var b strings.Builder
+	b.WriteString(p.Name())
+	b.WriteString(":")
+	for i, l := range p.Limits() {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString(" ")
+		if n := l.String(); l.Name != "" && l.Name != n {
+			b.WriteString(l.Name + "=" + n)
+		} else {
+			b.WriteString(n)
+		}
+	}
+	return b.String()
+}
+
 // compiled returns the backends' view of p, as throttler.NewPolicy builds
 // it: every limit's storage key, window in milliseconds and capacity.
 func compiled(p *throttler.Policy) (*driver.Policy, error) {
@@ -110,7 +145,7 @@ func compiled(p *throttler.Policy) (*driver.Policy, error) {
 
 // describePolicy returns p's part of a JSON document.
 func describePolicy(p *throttler.Policy) policyDoc {
-	d := policyDoc{Name: p.Name(), Notation: p.String()}
+	d := policyDoc{Name: p.Name(), Notation: notation(p)}
 	if dp, err := compiled(p); err == nil {
 		d.Capacity = dp.Capacity
 	}
@@ -123,35 +158,4 @@ func checkIdentifier(id string) error {
 		return usagef("identifier must be 1 to %d bytes, got %d", driver.MaxIdentifierLen, len(id))
 	}
 	return nil
-}
-
-// The memcached backend's key layout (backend/memcached, "Keys" in its
-// package documentation), which it does not export: every key is
-// route "|" kind ":" limit, route = prefix ":" policy ":" identifier, each
-// part escaped, a route over 120 bytes and a limit part over 65 bytes
-// replaced by "#" and their hex SHA-256. TestExplainKeysExistOnServers
-// checks these against keys a real backend wrote.
-const (
-	memcachedMaxRoute = 120
-	memcachedMaxLimit = 65
-)
-
-// memcachedRoute returns the routing part of id's keys under p, with
-// prefix as given to memcachedbackend.WithPrefix.
-func memcachedRoute(prefix string, p *driver.Policy, id string) string {
-	return shortenKeyPart(driver.EscapeKey(prefix)+":"+p.Key+":"+driver.EscapeKey(id), memcachedMaxRoute)
-}
-
-// memcachedItem returns the key of limit l's item of the given kind ("w"
-// window, "g" GCRA, "c" counter stem) under route.
-func memcachedItem(route, kind string, l driver.Limit) string {
-	return route + "|" + kind + ":" + shortenKeyPart(l.Key, memcachedMaxLimit)
-}
-
-func shortenKeyPart(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	sum := sha256.Sum256([]byte(s))
-	return "#" + hex.EncodeToString(sum[:])
 }
