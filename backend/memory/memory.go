@@ -39,6 +39,7 @@ var (
 	_ driver.Nonblocking = (*Backend)(nil)
 	_ driver.Taker       = (*Backend)(nil)
 	_ driver.Leaser      = (*Backend)(nil)
+	_ driver.Seeder      = (*Backend)(nil)
 )
 
 // Clock is where the backend reads the time its garbage collection runs on;
@@ -187,6 +188,27 @@ func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Outcome,
 	})
 	out.Granted = granted
 	return out, err
+}
+
+// Seed implements driver.Seeder: driver.Seed on the identifier's states,
+// under the same lock as Decide, with the states held before it in
+// Outcome.Prior.
+func (b *Backend) Seed(ctx context.Context, req driver.Request, given []driver.State) (driver.Outcome, error) {
+	if req.Policy.Valid() {
+		if err := driver.CheckGiven(req.Policy, given); err != nil {
+			return driver.Outcome{}, err
+		}
+	}
+	var prior []driver.State
+	out, err := b.update(ctx, req, func(states []driver.State) bool {
+		prior = append(prior[:0], states...)
+		return driver.Seed(req.Policy, req.Now, req.Cost, states, given)
+	})
+	if err != nil {
+		return out, err
+	}
+	out.Prior = prior
+	return out, nil
 }
 
 // Peek implements driver.Peeker: the states stored for the identifier,

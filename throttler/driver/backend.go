@@ -46,6 +46,9 @@ type Outcome struct {
 	// Granted is, for Taker.Take, the units granted (Allowed is Granted >
 	// 0); other operations leave it zero.
 	Granted int64
+	// Prior is, for Seeder.Seed, the states the store held before the
+	// step, one per limit; other operations leave it nil.
+	Prior []State
 }
 
 // Backend stores limit state and decides requests. It is the one interface a

@@ -36,13 +36,45 @@ func TestLimitKeysNeverCollide(t *testing.T) {
 	assert.Equal(t, int64(1), p.Capacity)
 }
 
-// TestKeysAreStable pins the storage keys: stores in production hold state
-// under them, so they must never change.
+// TestKeysAreStable pins the storage keys of layout 2 and, through KeyV1,
+// of layout 1: stores in production hold state under them, so they change
+// only with KeyLayout and a documented upgrade.
 func TestKeysAreStable(t *testing.T) {
-	assert.Equal(t, "10%2Fs:fixed:1000", limit(t, "", driver.FixedWindow, 10, time.Second, 0).Key)
+	require.Equal(t, 2, driver.KeyLayout)
+	unnamed := limit(t, "", driver.FixedWindow, 10, time.Second, 0)
+	assert.Equal(t, ":fixed:1000", unnamed.Key)
+	assert.Equal(t, "10/s", unnamed.Name)
 	assert.Equal(t, "hour:aligned:3600000", limit(t, "hour", driver.AlignedWindow, 5, time.Hour, 0).Key)
 	assert.Equal(t, "g:gcra:60000:20", limit(t, "g", driver.GCRA, 10, time.Minute, 20).Key)
-	assert.Equal(t, "g:gcra:60000:10", limit(t, "g", driver.GCRA, 10, time.Minute, 0).Key)
+	assert.Equal(t, "g:gcra:60000", limit(t, "g", driver.GCRA, 10, time.Minute, 0).Key)
+	assert.Equal(t, ":gcra:60000", limit(t, "", driver.GCRA, 10, time.Minute, 0).Key)
+
+	v1 := func(name string, alg driver.Algorithm, max int64, w time.Duration, burst int64) string {
+		l := limit(t, name, alg, max, w, burst)
+		return driver.KeyV1(&l)
+	}
+	assert.Equal(t, "10%2Fs:fixed:1000", v1("", driver.FixedWindow, 10, time.Second, 0))
+	assert.Equal(t, "hour:aligned:3600000", v1("hour", driver.AlignedWindow, 5, time.Hour, 0))
+	assert.Equal(t, "g:gcra:60000:20", v1("g", driver.GCRA, 10, time.Minute, 20))
+	assert.Equal(t, "g:gcra:60000:10", v1("g", driver.GCRA, 10, time.Minute, 0))
+}
+
+// TestMaxIsNotIdentity: a limit's key never holds Max, named or not, for
+// every algorithm; two unnamed limits of one window and algorithm cannot
+// share a policy.
+func TestMaxIsNotIdentity(t *testing.T) {
+	for _, alg := range []driver.Algorithm{driver.FixedWindow, driver.AlignedWindow, driver.GCRA, driver.SlidingWindow} {
+		for _, name := range []string{"", "n"} {
+			a, b := limit(t, name, alg, 2, time.Minute, 0), limit(t, name, alg, 3, time.Minute, 0)
+			assert.Equal(t, a.Key, b.Key, "%v %q", alg, name)
+		}
+	}
+	assert.Equal(t, ":fixed:1000", limit(t, "10/s", driver.FixedWindow, 10, time.Second, 0).Key,
+		"a limit named after its own notation is unnamed, so a policy rebuilt from another's limits keeps their keys")
+	_, err := driver.NewPolicy("p", limit(t, "", driver.FixedWindow, 10, time.Second, 0), limit(t, "", driver.FixedWindow, 20, time.Second, 0))
+	assert.ErrorIs(t, err, driver.ErrInvalidPolicy)
+	_, err = driver.NewPolicy("p", limit(t, "", driver.FixedWindow, 10, time.Second, 0), limit(t, "b", driver.FixedWindow, 20, time.Second, 0))
+	assert.NoError(t, err)
 }
 
 func TestEscapeKey(t *testing.T) {

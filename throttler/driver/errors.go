@@ -35,4 +35,8 @@ var (
 	// cannot use: a state count that does not match the policy, a value
 	// another program wrote under one of our keys, a malformed script reply.
 	ErrBadReply = errors.New("throttlekit: malformed backend reply")
+
+	// ErrInvalidState reports states handed to Seeder.Seed that cannot be
+	// stored: not one per limit of the policy, or a negative field.
+	ErrInvalidState = errors.New("throttlekit: invalid state")
 )

@@ -88,20 +88,47 @@ type Limit struct {
 	// microseconds, rounded up so the rate never exceeds the nominal one.
 	// It is computed for every algorithm.
 	EmissionMicros int64
-	// Key is the limit's storage identity: its escaped name, algorithm,
-	// window in milliseconds and, for GCRA, its capacity. Two limits whose
-	// keys differ never share stored state. Raising Max keeps the key of a
-	// fixed window, so a raised limit applies to the current window at
-	// once; a GCRA limit's key holds its capacity (its burst, which is Max
-	// unless set), so a GCRA limit keeps its state across a change of Max
-	// only when its burst is set explicitly and unchanged.
+	// Burst is the GCRA burst as the limit was defined: 0 when it follows
+	// Max (Capacity is then Max), and always 0 for the other algorithms.
+	Burst int64
+	// Named reports that the limit was given a name; an unnamed limit's
+	// Name is its notation, as in "10/s".
+	Named bool
+	// Key is the limit's storage identity: its name when it was given one
+	// (escaped with EscapeKey; empty for an unnamed limit), its algorithm,
+	// its window in milliseconds and, for GCRA, its burst when one was set:
+	//
+	//	<escaped name>:<algorithm>:<window ms>[:<burst>]
+	//
+	// Max is never part of it, so raising or lowering Max keeps the state of
+	// the open window, for every algorithm, named or not (docs/SPEC.md,
+	// Policies redefined 1). Two limits whose keys differ never share
+	// stored state. KeyV1 gives the key of the layout before version 2.
 	Key string
+}
+
+// KeyLayout is the version of the limit key layout Limit.Key follows.
+// Version 1 held an unnamed limit's notation, Max included, and a GCRA
+// limit's capacity; version 2 holds neither (see Limit.Key).
+const KeyLayout = 2
+
+// KeyV1 returns the key layout 1 gave l: its name (an unnamed limit's
+// notation, Max included), algorithm and window and, for GCRA, its
+// capacity. Stores written before layout 2 hold their states under it; a
+// key-layout rollout reads them there (see the rollout package).
+func KeyV1(l *Limit) string {
+	k := EscapeKey(l.Name) + ":" + l.Algorithm.String() + ":" + strconv.FormatInt(l.WindowMillis, 10)
+	if l.Algorithm == GCRA {
+		k += ":" + strconv.FormatInt(l.Capacity, 10)
+	}
+	return k
 }
 
 // NewLimit returns the limit of max units per window counted by alg, with
 // the given GCRA burst (0 means max; it must be 0 for fixed windows). An
-// empty name is replaced by the notation, as in "10/s". The error wraps
-// ErrInvalidLimit.
+// unnamed limit (an empty name, or its own notation) is shown by its
+// notation, as in "10/s", and stored under its window and algorithm alone.
+// The error wraps ErrInvalidLimit.
 func NewLimit(name string, alg Algorithm, max int64, window time.Duration, burst int64) (Limit, error) {
 	l := Limit{Name: name, Algorithm: alg, Max: max, Window: window, Capacity: max}
 	if alg == GCRA && burst != 0 {
@@ -132,13 +159,25 @@ func NewLimit(name string, alg Algorithm, max int64, window time.Duration, burst
 	if alg == GCRA && l.Capacity > maxGCRASpanMicros/l.EmissionMicros {
 		return bad("burst times emission interval exceeds %v", time.Duration(maxGCRASpanMicros)*time.Microsecond)
 	}
-	if l.Name == "" {
+	// A limit named after its own notation is an unnamed one, so that a
+	// policy rebuilt from the limits another reports keeps their keys.
+	l.Burst, l.Named = burst, l.Name != "" && l.Name != Notation(alg, max, window, burst)
+	if !l.Named {
 		l.Name = Notation(alg, max, window, burst)
 	}
-	l.Key = EscapeKey(l.Name) + ":" + alg.String() + ":" + strconv.FormatInt(l.WindowMillis, 10)
-	if alg == GCRA {
-		l.Key += ":" + strconv.FormatInt(l.Capacity, 10)
+	var key []byte
+	if l.Named {
+		key = AppendEscapedKey(key, l.Name)
 	}
+	key = append(key, ':')
+	key = append(key, alg.String()...)
+	key = append(key, ':')
+	key = strconv.AppendInt(key, l.WindowMillis, 10)
+	if burst != 0 {
+		key = append(key, ':')
+		key = strconv.AppendInt(key, burst, 10)
+	}
+	l.Key = string(key)
 	return l, nil
 }
 
@@ -219,6 +258,7 @@ func NewPolicy(name string, limits ...Limit) (*Policy, error) {
 	}
 	p := &Policy{Name: name, Key: EscapeKey(name), Limits: append([]Limit(nil), limits...)}
 	seen := make(map[string]bool, len(limits))
+	keys := make(map[string]string, len(limits))
 	for i, l := range p.Limits {
 		if l.Key == "" || l.EmissionMicros == 0 {
 			return nil, fmt.Errorf("%w: %q: limit %d was not built by NewLimit", ErrInvalidPolicy, name, i)
@@ -227,6 +267,10 @@ func NewPolicy(name string, limits ...Limit) (*Policy, error) {
 			return nil, fmt.Errorf("%w: %q has two limits named %q", ErrInvalidPolicy, name, l.Name)
 		}
 		seen[l.Name] = true
+		if other, dup := keys[l.Key]; dup {
+			return nil, fmt.Errorf("%w: %q: limits %q and %q count the same window with the same algorithm; name them to keep them apart", ErrInvalidPolicy, name, other, l.Name)
+		}
+		keys[l.Key] = l.Name
 		if i == 0 || l.Capacity < p.Capacity {
 			p.Capacity = l.Capacity
 		}
