@@ -36,8 +36,15 @@ const (
 // validated when it joins a policy. Max and Burst may be 1 to 2^40, Window
 // 1 ms to 400 days in whole milliseconds.
 type Limit struct {
-	// Name identifies the limit within its policy and in stored keys. When
-	// empty, the policy names it after its notation, as in "10/s".
+	// Name identifies the limit within its policy and in stored keys. An
+	// unnamed limit (empty Name) is shown by its notation, as in "10/s",
+	// and stored under its window and algorithm only (and, for GCRA, its
+	// Burst when set), so that raising or lowering Max keeps the state of
+	// the open window. A Name that is itself a limit notation, such as the
+	// "10/s" Policy.Limits reports for an unnamed limit, names nothing: the
+	// limit counts as unnamed, so a policy rebuilt from another's Limits,
+	// with Max changed or not, keeps its stored state. Give a name to keep
+	// apart two limits of one window and algorithm in one policy.
 	Name string
 	// Max is the number of units per window.
 	Max int64
@@ -75,9 +82,24 @@ func (l Limit) WithBurst(b int64) Limit { l.Algorithm = GCRA; l.Burst = b; retur
 // "10/s", "100/2h", "50/min aligned" or "10/s gcra burst=20".
 func (l Limit) String() string { return driver.Notation(l.Algorithm, l.Max, l.Window, l.Burst) }
 
-// compile validates l and returns the backend's view of it.
+// compile validates l and returns the backend's view of it: unnamed when
+// its Name is empty or a limit notation (see Limit.Name).
 func (l Limit) compile() (driver.Limit, error) {
-	return driver.NewLimit(l.Name, l.Algorithm, l.Max, l.Window, l.Burst)
+	name := l.Name
+	if isNotation(name) {
+		name = ""
+	}
+	return driver.NewLimit(name, l.Algorithm, l.Max, l.Window, l.Burst)
+}
+
+// isNotation reports whether name reads as a limit in ParseLimit's
+// notation without a name of its own, as "10/s" or "5/min gcra" do.
+func isNotation(name string) bool {
+	if name == "" || name[0] < '0' || name[0] > '9' {
+		return false
+	}
+	l, err := parseLimit(name)
+	return err == nil && l.Name == ""
 }
 
 // unitAliases maps every unit spelling ParseLimit accepts to its length.
@@ -98,13 +120,38 @@ var unitAliases = map[string]time.Duration{
 //	10/s gcra               GCRA with burst = max
 //	10/s gcra burst=50      GCRA with burst 50
 //	100/min sliding         sliding-window counter
+//	10/s name=burst         a limit named "burst"
 //
 // Units: ms, s (sec, second), m (min, minute), h (hr, hour), d (day),
 // w (wk, week), with plurals. There is no month: calendar months have no
 // fixed length; write 30d. Each option may appear once, and at most one
 // algorithm may be named ("10/s aligned gcra" is an error). Errors wrap
 // ErrInvalidLimit and name the offending part.
+//
+// Without name=, the limit is unnamed: shown by its notation, stored under
+// its window and algorithm only, so that raising Max keeps the open window
+// (see Limit.Name). A NAME is kept as written (case included); it must not
+// be empty, nor hold a comma or a space, nor be a limit notation itself
+// ("name=10/s" would name nothing). Name limits to keep apart two of one
+// window and algorithm in one policy: without names, ParsePolicy rejects
+// the pair, whose states would share one key.
 func ParseLimit(s string) (Limit, error) {
+	l, err := parseLimit(s)
+	if err != nil {
+		return Limit{}, err
+	}
+	if l.Name != "" && isNotation(l.Name) {
+		return Limit{}, fmt.Errorf("%w: %q: name %q is a limit notation: it would name nothing", ErrInvalidLimit, s, l.Name)
+	}
+	if _, err := l.compile(); err != nil {
+		return Limit{}, err
+	}
+	return l, nil
+}
+
+// parseLimit is ParseLimit without the checks that need the whole limit:
+// the notation and its options, read.
+func parseLimit(s string) (Limit, error) {
 	fail := func(why string) (Limit, error) {
 		return Limit{}, fmt.Errorf("%w: %q: %s", ErrInvalidLimit, s, why)
 	}
@@ -125,9 +172,10 @@ func ParseLimit(s string) (Limit, error) {
 		return fail(err.Error())
 	}
 	l := Per(max, window)
-	algorithm, burst := "", false
+	algorithm, burst, named := "", false, false
 	for _, opt := range fields[1:] {
-		key, value, hasValue := strings.Cut(strings.ToLower(opt), "=")
+		key, value, hasValue := strings.Cut(opt, "=")
+		key = strings.ToLower(key)
 		switch {
 		case (key == "fixed" || key == "aligned" || key == "gcra" || key == "sliding") && !hasValue:
 			if algorithm != "" {
@@ -148,15 +196,24 @@ func ParseLimit(s string) (Limit, error) {
 				return fail("burst must be a positive whole number")
 			}
 			l.Burst = b
+		case key == "name" && hasValue:
+			if named {
+				return fail(`option "name" given twice`)
+			}
+			named = true
+			switch {
+			case value == "":
+				return fail("name must not be empty")
+			case strings.ContainsAny(value, ", "):
+				return fail(fmt.Sprintf("name %q holds a comma or a space", value))
+			}
+			l.Name = value
 		default:
-			return fail(fmt.Sprintf("unknown option %q (want fixed, aligned, gcra, sliding or burst=N)", opt))
+			return fail(fmt.Sprintf("unknown option %q (want fixed, aligned, gcra, sliding, burst=N or name=NAME)", opt))
 		}
 	}
 	if burst && l.Algorithm != GCRA {
 		return fail("burst applies only to gcra")
-	}
-	if _, err := l.compile(); err != nil {
-		return Limit{}, err
 	}
 	return l, nil
 }

@@ -12,9 +12,12 @@ import (
 // nothing, for one identifier: "10/s, 120/min, 5000/h", say. Build it with
 // NewPolicy or ParsePolicy; it is immutable and safe for concurrent use.
 //
-// Stored state is keyed by the policy's name and each limit's name,
-// algorithm and window, so redefining a policy keeps the state of the
-// limits it keeps and leaves the state of the ones it drops untouched.
+// Stored state is keyed by the policy's name and each limit's identity:
+// its name when it has one, its algorithm, its window and, for GCRA, its
+// burst when set; never its Max. Redefining a policy therefore keeps the
+// state of the limits it keeps (a raised or lowered Max applies to the
+// open window at once, named limit or not) and leaves the state of the
+// ones it drops untouched.
 type Policy struct {
 	compiled *driver.Policy
 	limits   []Limit
@@ -22,9 +25,13 @@ type Policy struct {
 }
 
 // NewPolicy returns a policy named name over limits. Unnamed limits are
-// named after their notation ("10/s"). opts may hold WithCallTimeout and
-// WithFailureMode, which override the throttler's. The error wraps
-// ErrInvalidPolicy, ErrInvalidLimit or ErrInvalidOption.
+// shown by their notation ("10/s": their Name in Limits, in results and
+// in errors) and stored under their window and algorithm only (see
+// Limit.Name). Two limits of one identity, such as two unnamed limits of
+// one window and algorithm, are rejected: name them to keep them apart.
+// opts may hold WithCallTimeout and WithFailureMode, which override the
+// throttler's. The error wraps ErrInvalidPolicy, ErrInvalidLimit or
+// ErrInvalidOption.
 func NewPolicy(name string, limits []Limit, opts ...Option) (*Policy, error) {
 	compiled := make([]driver.Limit, len(limits))
 	for i, l := range limits {
@@ -50,7 +57,8 @@ func NewPolicy(name string, limits []Limit, opts ...Option) (*Policy, error) {
 }
 
 // ParsePolicy returns a policy from a comma-separated list of limits in
-// ParseLimit's notation, such as "10/s, 120/min, 240/h".
+// ParseLimit's notation, such as "10/s, 120/min, 240/h" or
+// "10/s name=burst, 1000/h".
 func ParsePolicy(name, limits string, opts ...Option) (*Policy, error) {
 	var ls []Limit
 	for _, part := range strings.Split(limits, ",") {
@@ -71,8 +79,9 @@ func (p *Policy) Name() string {
 	return p.compiled.Name
 }
 
-// Limits returns a copy of the policy's limits, in order, each named; nil
-// for a nil or zero Policy.
+// Limits returns a copy of the policy's limits, in order, each named: an
+// unnamed limit by its notation, which names nothing when given back to
+// NewPolicy (see Limit.Name). nil for a nil or zero Policy.
 func (p *Policy) Limits() []Limit {
 	if p == nil {
 		return nil

@@ -12,10 +12,10 @@ import (
 // backend goes through the breaker; a call it rejects returns an error
 // wrapping ErrOpen at once.
 //
-// Errors that are not outages (invalid input, a bad reply, an unsupported
-// operation, ErrNotInitialized) count as successes: the server answered.
-// Everything else counts as a failure. A call the caller canceled counts
-// neither way.
+// Errors that are not outages (invalid input, states included, a bad
+// reply, an unsupported operation, ErrNotInitialized) count as successes:
+// the server answered. Everything else counts as a failure. A call the
+// caller canceled counts neither way.
 type Backend struct {
 	next driver.Backend
 	br   *Breaker
@@ -53,7 +53,7 @@ func outage(err error) error {
 		errors.Is(err, driver.ErrInvalidLimit), errors.Is(err, driver.ErrInvalidPolicy),
 		errors.Is(err, driver.ErrInvalidOption), errors.Is(err, driver.ErrNotInitialized),
 		errors.Is(err, driver.ErrBadReply), errors.Is(err, errors.ErrUnsupported),
-		errors.Is(err, driver.ErrClosed):
+		errors.Is(err, driver.ErrClosed), errors.Is(err, driver.ErrInvalidState):
 		return nil
 	}
 	return err
@@ -122,6 +122,33 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 	return err
 }
 
+// Seed implements driver.Seeder: the wrapped backend's Seed, guarded and
+// counted like Decide (it is one call to the server). A wrapped backend
+// without Seeder gives an error wrapping errors.ErrUnsupported at once,
+// whatever the breaker's state, so that a caller can tell it from an
+// outage and never learns it through a probe.
+func (b *Backend) Seed(ctx context.Context, req driver.Request, given []driver.State) (driver.Outcome, error) {
+	if b == nil || b.br == nil {
+		return driver.Outcome{}, fmt.Errorf("%w: breaker.Backend not built by Wrap", driver.ErrNotInitialized)
+	}
+	sd, ok := b.next.(driver.Seeder)
+	if !ok {
+		return driver.Outcome{}, fmt.Errorf("%w: wrapped backend cannot take states", errors.ErrUnsupported)
+	}
+	return guard(b, func() (driver.Outcome, error) { return sd.Seed(ctx, req, given) })
+}
+
+// Nonblocking implements driver.Nonblocking: true when the wrapped backend
+// is nonblocking (an in-process store), since the breaker itself never
+// waits, so that the throttler gives its calls no call timeout.
+func (b *Backend) Nonblocking() bool {
+	if b == nil || b.br == nil {
+		return false
+	}
+	nb, ok := b.next.(driver.Nonblocking)
+	return ok && nb.Nonblocking()
+}
+
 // Acquire implements driver.Leaser. A wrapped backend without Leaser gives
 // an error wrapping errors.ErrUnsupported at once, whatever the breaker's
 // state.
@@ -187,4 +214,7 @@ var (
 	_ driver.Pinger   = (*Backend)(nil)
 	_ driver.Closer   = (*Backend)(nil)
 	_ driver.Leaser   = (*Backend)(nil)
+	_ driver.Seeder   = (*Backend)(nil)
+
+	_ driver.Nonblocking = (*Backend)(nil)
 )

@@ -33,5 +33,10 @@
 //     layout, one for a standalone server.
 //   - [Wrap] puts one breaker in front of any driver.Backend, for a backend
 //     that does not break per server itself (memcached, a backend of your
-//     own).
+//     own). Every call of the wrapped backend, its optional capabilities
+//     included (peeks, refunds, takes, resets, leases, pings and the states
+//     a rollout gives it through driver.Seeder), goes through the breaker;
+//     a capability the wrapped backend lacks gives errors.ErrUnsupported.
+//     Over an in-process store the result is driver.Nonblocking, like the
+//     store, so the throttler gives its calls no call timeout.
 package breaker

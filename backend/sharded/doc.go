@@ -43,7 +43,9 @@
 //
 // # Replicas
 //
-// Decisions, refunds and resets go to the shard's primary. Peeks
+// Decisions, refunds, resets, leases and given states (driver.Seeder,
+// with which a rollout carries an identifier's windows from one store to
+// another) go to the shard's primary. Peeks
 // (Throttler.Peek, and the throttler's look at a request that can never
 // succeed) go to the shard's replicas, tried in turn from a different one
 // on each peek, and to the primary when no replica answers; everything
@@ -82,6 +84,10 @@
 // Throttler.AllowAll over identifiers on different shards is not one
 // atomic step: a denial refunds what the earlier identifiers consumed, and
 // a concurrent request may see those units spent in between.
+//
+// A Backend whose primaries and replicas are all in-process stores
+// (memory backends) is driver.Nonblocking, so the throttler gives its
+// decisions no call timeout; one server that may block makes it blocking.
 //
 // Ping pings every primary and replica at once and joins the failures,
 // each naming its shard and server. The Backend owns the backends it

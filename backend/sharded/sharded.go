@@ -41,8 +41,8 @@ type Shard struct {
 type ShardError struct {
 	// Shard is the shard's name.
 	Shard string
-	// Op is the operation: "decide", "peek", "refund", "reset", "ping",
-	// "acquire" or "release".
+	// Op is the operation: "decide", "take", "peek", "refund", "reset",
+	// "seed", "ping", "acquire" or "release".
 	Op string
 	// Err is the shard's own error. For a peek that no server answered, it
 	// joins the errors of every replica and of the primary.
@@ -61,10 +61,11 @@ func (e *ShardError) Unwrap() error { return e.Err }
 // identifier goes to the one shard that owns it by rendezvous hashing over
 // the shard names (see Score): decisions, refunds and resets to its
 // primary, peeks to one of its replicas and, when no replica answers, to
-// its primary. It implements Peeker, Refunder, Resetter, Pinger and Leaser
-// (concurrency leases go to the primary too); a shard whose primary lacks
-// one of these makes the operation return an error wrapping
-// errors.ErrUnsupported for its identifiers.
+// its primary. It implements Peeker, Refunder, Resetter, Pinger, Leaser
+// (concurrency leases go to the primary too) and Seeder (given states go to
+// the primary too); a shard whose primary lacks one of these makes the
+// operation return an error wrapping errors.ErrUnsupported for its
+// identifiers. It is Nonblocking when every primary and replica is.
 //
 // It is safe for concurrent use. Build it with New, or over Redis groups
 // with package redisgroups (backend/redis/groups).
@@ -93,6 +94,9 @@ var (
 	_ driver.Pinger   = (*Backend)(nil)
 	_ driver.Closer   = (*Backend)(nil)
 	_ driver.Leaser   = (*Backend)(nil)
+	_ driver.Seeder   = (*Backend)(nil)
+
+	_ driver.Nonblocking = (*Backend)(nil)
 )
 
 // Option configures a Backend.
@@ -349,6 +353,55 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 		return &ShardError{Shard: s.name, Op: "reset", Err: err}
 	}
 	return nil
+}
+
+// Seed implements driver.Seeder on the primary of the identifier's shard,
+// the one store that decides for the identifier, so that the given states
+// land where its next decision reads them. A primary without Seeder gives
+// an error wrapping errors.ErrUnsupported; other failures are returned as a
+// *ShardError too.
+func (b *Backend) Seed(ctx context.Context, req driver.Request, given []driver.State) (driver.Outcome, error) {
+	s := b.route(req.Identifier)
+	if s == nil {
+		return driver.Outcome{}, errNoShards
+	}
+	sd, ok := s.primary.(driver.Seeder)
+	if !ok {
+		return driver.Outcome{}, &ShardError{Shard: s.name, Op: "seed",
+			Err: fmt.Errorf("%w: the primary cannot take states", errors.ErrUnsupported)}
+	}
+	out, err := sd.Seed(ctx, req, given)
+	if err != nil {
+		return driver.Outcome{}, &ShardError{Shard: s.name, Op: "seed", Err: err}
+	}
+	return out, nil
+}
+
+// Nonblocking implements driver.Nonblocking: true when the primary and
+// every replica of every shard are nonblocking (in-process stores), so
+// that the throttler gives their calls no call timeout. A Backend no
+// constructor built reports false.
+func (b *Backend) Nonblocking() bool {
+	if b == nil || len(b.shards) == 0 {
+		return false
+	}
+	for _, s := range b.shards {
+		if !nonblocking(s.primary) {
+			return false
+		}
+		for _, r := range s.replicas {
+			if !nonblocking(r) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// nonblocking reports whether server says it never blocks.
+func nonblocking(server any) bool {
+	nb, ok := server.(driver.Nonblocking)
+	return ok && nb.Nonblocking()
 }
 
 // Acquire implements driver.Leaser on the primary of the identifier's

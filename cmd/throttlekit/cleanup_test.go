@@ -23,9 +23,10 @@ import (
 	"github.com/throttlekit/throttlekit/internal/localserver"
 )
 
-// The keys the tests load look like the Redis backend's: two limits per
-// identifier, hash-tagged by identifier.
-var limitKeys = []string{"api:10%2Fs:fixed:1000", "api:5000%2Fh:fixed:3600000"}
+// The keys the tests load look like the Redis backend's (key layout 2):
+// two unnamed limits per identifier, "10/s, 5000/h", hash-tagged by
+// identifier.
+var limitKeys = []string{"api::fixed:1000", "api::fixed:3600000"}
 
 func testKey(prefix string, id int, limit int) string {
 	return fmt.Sprintf("%s{user%%3A%d}:%s", prefix, id, limitKeys[limit])
@@ -35,8 +36,8 @@ func testKey(prefix string, id int, limit int) string {
 // prefix ARGV[1], on a standalone server, without a round trip per key.
 var loadScript = goredis.NewScript(`
 for i = tonumber(ARGV[2]), tonumber(ARGV[3]) do
-  redis.call('SET', ARGV[1] .. '{user%3A' .. i .. '}:api:10%2Fs:fixed:1000', '1:4102444800000')
-  redis.call('SET', ARGV[1] .. '{user%3A' .. i .. '}:api:5000%2Fh:fixed:3600000', '1:4102444800000')
+  redis.call('SET', ARGV[1] .. '{user%3A' .. i .. '}:api::fixed:1000', '1:4102444800000')
+  redis.call('SET', ARGV[1] .. '{user%3A' .. i .. '}:api::fixed:3600000', '1:4102444800000')
 end
 return 1
 `)

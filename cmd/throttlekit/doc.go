@@ -62,17 +62,27 @@
 //	60/min aligned           fixed window aligned on the epoch
 //	10/s gcra                GCRA, burst = max
 //	10/s gcra burst=20       GCRA with a burst of 20
+//	10/s name=per-sec        a limit named "per-sec"
 //
 // "10/s, 5000/h gcra burst=20" is accepted as written. The command adds two
 // things ParsePolicy does not read, for policies built in code: a limit
-// may be named as NAME=LIMIT ("per-sec=10/s", as Limit.Named does), and
-// the whole may start with "NAME: ", a colon and a space, as Policy.String
-// prints it ("core: 10/s, 5000/h"); a colon without a space belongs to a
-// limit's name ("api:read=10/s"). Otherwise the policy is named by --policy-name,
-// "api" by default. Stored keys hold the policy's name and each limit's
-// name, algorithm and window (and a GCRA limit's burst), so these must be
-// the application's for inspect and reset to find its state; a mismatch
-// finds nothing (exit status 4), which explain helps to check.
+// may be named as NAME=LIMIT ("per-sec=10/s", the same as "10/s
+// name=per-sec" or Limit.Named), and the whole may start with "NAME: ", a
+// colon and a space, as Policy.String prints it ("core: 10/s, 5000/h"); a
+// colon without a space belongs to a limit's name ("api:read=10/s").
+// Otherwise the policy is named by --policy-name, "api" by default.
+//
+// Stored keys (key layout 2, driver.KeyLayout) hold the policy's name and
+// each limit's identity: its name when it was given one, its algorithm, its
+// window and, for GCRA, its burst when one was set; never its max. An
+// unnamed limit is shown by its notation ("10/s") but stored under its
+// algorithm and window alone (":fixed:1000"), so the policy's name and the
+// limits' names, algorithms, windows and bursts must be the application's
+// for inspect and reset to find its state (its max may differ: a raised
+// max applies to the open window); a mismatch finds nothing (exit status
+// 4), which explain helps to check. A deployment still on layout 1 (an
+// unnamed limit's notation, max included, in its key) is found by none of
+// the commands; upgrade it as the rollout package's UpgradeKeys says.
 //
 // # inspect
 //
@@ -138,7 +148,10 @@
 //
 // explain parses a policy exactly as inspect does and prints each limit's
 // name, max, window, algorithm, burst (the GCRA capacity), GCRA emission
-// interval and storage key, then the keys the Redis backend
+// interval and storage key (layout 2: "<escaped name>:<algorithm>:<window
+// ms>" and, for a GCRA limit with a burst set, ":<burst>"; an unnamed
+// limit's key starts with the colon, as in ":fixed:1000"), then the keys
+// the Redis backend
 // (<prefix>{<escaped id>}:<policy key>:<limit key>, with the Cluster hash
 // slot of the identifier's hash tag, and with --redis-groups the group
 // that owns it) and the memcached backend (<prefix>:<policy>:<id> "|" kind
@@ -210,9 +223,9 @@
 //	    "burst": 20,                          // as given; 0 when not set
 //	    "capacity": 20,                       // the largest cost: max, or the burst for gcra
 //	    "emission_interval_us": 720000,      // GCRA only; 0 for window algorithms
-//	    "key": "5000%2Fh%20gcra%20burst%3D20:gcra:3600000:20",
-//	    "redis_key": "throttlekit:{user%3A42}:api:5000%2Fh%20gcra%20burst%3D20:gcra:3600000:20",
-//	    "memcached_keys": {"gcra": "tk:api:user%3A42|g:5000%2Fh%20gcra%20burst%3D20:gcra:3600000:20"}
+//	    "key": ":gcra:3600000:20",            // layout 2: <escaped name>:<algorithm>:<window ms>[:<burst>], no name when unnamed
+//	    "redis_key": "throttlekit:{user%3A42}:api::gcra:3600000:20",
+//	    "memcached_keys": {"gcra": "tk:api:user%3A42|g::gcra:3600000:20"}
 //	                                          // fixed windows: "window" and "counter" (ending ":<end>:<token>");
 //	                                          // sliding windows: "sliding"
 //	  }],

@@ -29,9 +29,10 @@ contacts no server. The policy comes as the argument or from --policy:
 Limit notation (throttler.ParseLimit): MAX/WINDOW, window units ms, s, min
 (m), h, d, w with plurals and a count (100/2h); then options: "aligned"
 (windows on multiples of the window since the epoch), "gcra" (smooth rate,
-burst = max), "gcra burst=N". Each limit may be named NAME=LIMIT; unnamed
-limits are named after their notation. With --redis-groups, the group that
-owns the identifier is shown too.
+burst = max), "gcra burst=N", "name=NAME". Each limit may also be named
+NAME=LIMIT. An unnamed limit is shown by its notation and stored under its
+algorithm and window only (key ":fixed:1000"), never its max. With
+--redis-groups, the group that owns the identifier is shown too.
 `
 
 // explainDoc is the JSON document of explain (schema in doc.go).

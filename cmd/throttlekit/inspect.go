@@ -29,8 +29,9 @@ what remains and when the limit is whole again, on every side (the old and
 the new backend of a rollout, both when both are given). It peeks
 (Throttler.Peek): nothing is consumed and no window is opened. A side that
 holds nothing shows full quotas. The policy and its name must be the
-application's: stored keys hold the policy name and each limit's name,
-algorithm and window.
+application's: stored keys hold the policy name and each limit's name
+(none for an unnamed limit), algorithm and window, and a GCRA limit's burst
+when set; not its max.
 
   throttlekit inspect --redis redis://127.0.0.1:6379 --policy "10/s, 5000/h" user:42
 

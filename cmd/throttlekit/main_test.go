@@ -176,6 +176,12 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{"explain burst without gcra", []string{"explain", "10/s burst=5"}, "burst applies only to gcra"},
 		{"explain two algorithms", []string{"explain", "10/s aligned gcra"}, "conflict"},
 		{"explain duplicate limit", []string{"explain", "10/s, 10/s"}, "two limits named"},
+		{"explain two unnamed limits of one window", []string{"explain", "10/s, 20/s"}, "count the same window with the same algorithm"},
+		{"explain a limit named twice", []string{"explain", "a=10/s name=b"}, "named twice"},
+		{"explain name option twice", []string{"explain", "10/s name=a name=b"}, `option "name" given twice`},
+		{"explain empty name option", []string{"explain", "10/s name="}, "name must not be empty"},
+		{"explain notation as a name", []string{"explain", "10/s name=5/s"}, "is a limit notation"},
+		{"explain notation as a NAME=", []string{"explain", "5/s=10/s"}, "is a limit notation"},
 		{"explain empty limit name", []string{"explain", "=10/s"}, "empty name"},
 		{"explain empty policy name", []string{"explain", ": 10/s"}, "empty name"},
 		{"explain long identifier", []string{"explain", "--id", strings.Repeat("x", 1025), "10/s"}, "identifier must be"},
@@ -255,13 +261,13 @@ func TestExplainTable(t *testing.T) {
 	for _, want := range []string{
 		"Policy api: 10/s, 5000/h gcra burst=20",
 		"LIMIT                 MAX   WINDOW  ALGORITHM  BURST  EMISSION  STORAGE KEY",
-		"10/s                  10    1s      fixed      -      -         10%2Fs:fixed:1000",
-		"5000/h gcra burst=20  5000  1h      gcra       20     720ms     5000%2Fh%20gcra%20burst%3D20:gcra:3600000:20",
-		"throttlekit:{user%3A42}:api:10%2Fs:fixed:1000",
-		"throttlekit:{user%3A42}:api:5000%2Fh%20gcra%20burst%3D20:gcra:3600000:20",
-		"tk:api:user%3A42|w:10%2Fs:fixed:1000",
-		"tk:api:user%3A42|c:10%2Fs:fixed:1000:<end>:<token>",
-		"tk:api:user%3A42|g:5000%2Fh%20gcra%20burst%3D20:gcra:3600000:20",
+		"10/s                  10    1s      fixed      -      -         :fixed:1000",
+		"5000/h gcra burst=20  5000  1h      gcra       20     720ms     :gcra:3600000:20",
+		"throttlekit:{user%3A42}:api::fixed:1000",
+		"throttlekit:{user%3A42}:api::gcra:3600000:20",
+		"tk:api:user%3A42|w::fixed:1000",
+		"tk:api:user%3A42|c::fixed:1000:<end>:<token>",
+		"tk:api:user%3A42|g::gcra:3600000:20",
 		"cluster slot 2308",
 	} {
 		assert.Contains(t, out, want)
@@ -272,7 +278,7 @@ func TestExplainTable(t *testing.T) {
 	require.Equal(t, exitOK, code, errOut)
 	assert.Contains(t, out, "Policy core: per-sec=10/s, 60/min aligned")
 	assert.Contains(t, out, "app:{ip%3A10.0.0.1}:core:per-sec:fixed:1000")
-	assert.Contains(t, out, "app:{ip%3A10.0.0.1}:core:60%2Fmin%20aligned:aligned:60000")
+	assert.Contains(t, out, "app:{ip%3A10.0.0.1}:core::aligned:60000")
 	assert.Contains(t, out, "app%3A:core:ip%3A10.0.0.1|w:per-sec:fixed:1000")
 	assert.Regexp(t, `group [ab]\)`, out)
 }
@@ -291,15 +297,16 @@ func TestExplainJSON(t *testing.T) {
 	require.Len(t, doc.Limits, 2)
 	fixed, gcra := doc.Limits[0], doc.Limits[1]
 	assert.Equal(t, explainLimit{Name: "10/s", Notation: "10/s", Algorithm: "fixed", Max: 10, Window: "1s", WindowMs: 1000,
-		Capacity: 10, Key: "10%2Fs:fixed:1000", RedisKey: "throttlekit:{u1}:core:10%2Fs:fixed:1000",
-		MemcachedKeys: map[string]string{"window": "tk:core:u1|w:10%2Fs:fixed:1000", "counter": "tk:core:u1|c:10%2Fs:fixed:1000:<end>:<token>"}}, fixed)
+		Capacity: 10, Key: ":fixed:1000", RedisKey: "throttlekit:{u1}:core::fixed:1000",
+		MemcachedKeys: map[string]string{"window": "tk:core:u1|w::fixed:1000", "counter": "tk:core:u1|c::fixed:1000:<end>:<token>"}}, fixed)
 	assert.Equal(t, "gcra", gcra.Algorithm)
 	assert.Equal(t, int64(5000), gcra.Max)
 	assert.Equal(t, int64(20), gcra.Burst)
 	assert.Equal(t, int64(20), gcra.Capacity)
 	assert.Equal(t, int64(3600000), gcra.WindowMs)
 	assert.Equal(t, int64(720000), gcra.EmissionIntervalUs)
-	assert.Equal(t, map[string]string{"gcra": "tk:core:u1|g:5000%2Fh%20gcra%20burst%3D20:gcra:3600000:20"}, gcra.MemcachedKeys)
+	assert.Equal(t, ":gcra:3600000:20", gcra.Key)
+	assert.Equal(t, map[string]string{"gcra": "tk:core:u1|g::gcra:3600000:20"}, gcra.MemcachedKeys)
 	assert.Equal(t, keyslot.Of("{u1}"), doc.Redis.Slot)
 }
 
@@ -388,6 +395,8 @@ func TestParsePolicyNamesWithColons(t *testing.T) {
 		{"core: a=10/s, b:x=20/s", "core", "core: a=10/s, b:x=20/s"},
 		{"api:v2: 10/s, 5000/h gcra burst=20", "api:v2", "api:v2: 10/s, 5000/h gcra burst=20"},
 		{"core:\t10/s", "core", "core: 10/s"},
+		{"10/s name=per-sec, 5000/h", "api", "api: per-sec=10/s, 5000/h"},
+		{"core: 10/s NAME=Burst, 20/s", "core", "core: Burst=10/s, 20/s"},
 	} {
 		p, err := parsePolicy("", c.spec)
 		require.NoError(t, err, c.spec)
@@ -410,4 +419,29 @@ func TestParsePolicyNamesWithColons(t *testing.T) {
 		var ue *usageError
 		assert.ErrorAs(t, err, &ue, spec)
 	}
+}
+
+// The keys explain shows are those of key layout 2: an unnamed limit's
+// holds no name and no max, so raising max keeps them; a name given either
+// way gives the same key.
+func TestCompiledKeysFollowLayoutTwo(t *testing.T) {
+	keys := func(spec string) []string {
+		t.Helper()
+		p, err := parsePolicy("api", spec)
+		require.NoError(t, err, spec)
+		dp, err := compiled(p)
+		require.NoError(t, err, spec)
+		var ks []string
+		for _, l := range dp.Limits {
+			ks = append(ks, l.Key)
+		}
+		return ks
+	}
+	assert.Equal(t, []string{":fixed:1000", ":gcra:3600000", ":sliding:60000", ":aligned:60000"},
+		keys("10/s, 5000/h gcra, 100/min sliding, 60/min aligned"))
+	assert.Equal(t, keys("10/s, 5000/h gcra"), keys("20/s, 6000/h gcra"), "max is not part of a key")
+	assert.Equal(t, []string{":gcra:3600000:20"}, keys("5000/h gcra burst=20"))
+	assert.Equal(t, []string{"per-sec:fixed:1000"}, keys("per-sec=10/s"))
+	assert.Equal(t, keys("per-sec=10/s"), keys("10/s name=per-sec"))
+	assert.Equal(t, keys("per-sec=10/s"), keys("20/s name=per-sec"))
 }

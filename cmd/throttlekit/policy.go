@@ -77,12 +77,16 @@ func parsePolicy(name, spec string) (*throttler.Policy, error) {
 			}
 			limitName, part = n, strings.TrimSpace(notation+" "+rest)
 		}
+		if limitName != "" {
+			// ParseLimit checks the name as it checks its own name=NAME.
+			if strings.Contains(strings.ToLower(part), "name=") {
+				return nil, usagef("limit %q: named twice (NAME= and name=)", limitName+"="+part)
+			}
+			part += " name=" + limitName
+		}
 		l, err := throttler.ParseLimit(part)
 		if err != nil {
 			return nil, usagef("policy %q: %v", name, err)
-		}
-		if limitName != "" {
-			l = l.Named(limitName)
 		}
 		limits = append(limits, l)
 	}
@@ -120,7 +124,7 @@ func notation(p *throttler.Policy) string {
 			b.WriteString(",")
 		}
 		b.WriteString(" ")
-		if n := l.String(); l.Name != "" && l.Name != n {
+		if n := l.String(); !unnamed(l.Name) {
 			b.WriteString(l.Name + "=" + n)
 		} else {
 			b.WriteString(n)
@@ -130,17 +134,34 @@ func notation(p *throttler.Policy) string {
 }
 
 // compiled returns the backends' view of p, as throttler.NewPolicy builds
-// it: every limit's storage key, window in milliseconds and capacity.
+// it: every limit's storage key (layout 2: an unnamed limit, which Limits
+// shows by its notation, is stored under its algorithm and window only),
+// window in milliseconds and capacity.
 func compiled(p *throttler.Policy) (*driver.Policy, error) {
 	var ls []driver.Limit
 	for _, l := range p.Limits() {
-		dl, err := driver.NewLimit(l.Name, l.Algorithm, l.Max, l.Window, l.Burst)
+		name := l.Name
+		if unnamed(name) {
+			name = ""
+		}
+		dl, err := driver.NewLimit(name, l.Algorithm, l.Max, l.Window, l.Burst)
 		if err != nil {
 			return nil, err
 		}
 		ls = append(ls, dl)
 	}
 	return driver.NewPolicy(p.Name(), ls...)
+}
+
+// unnamed reports whether a limit's name, as Policy.Limits gives it, names
+// nothing: empty or a limit notation, such as "10/s" (throttler.Limit's
+// rule).
+func unnamed(name string) bool {
+	if name == "" {
+		return true
+	}
+	l, err := throttler.ParseLimit(name)
+	return err == nil && l.Name == ""
 }
 
 // describePolicy returns p's part of a JSON document.
