@@ -74,8 +74,8 @@ type subtest struct {
 // Every subtest drives the backend through throttler.New with a
 // throttler.ManualClock starting at T0, so its expectations are exact
 // timelines with no tolerance. Optional capabilities (Refunder, Resetter,
-// Peeker, Leaser) are checked when the backend implements them and skipped
-// otherwise. A Harness may implement Limitations to declare documented
+// Peeker, Leaser, Seeder) are checked when the backend implements them and
+// skipped otherwise. A Harness may implement Limitations to declare documented
 // weaker guarantees.
 //
 // Run is meant to run under the race detector (go test -race): several
@@ -92,7 +92,14 @@ func Run(t *testing.T, newHarness HarnessMaker) {
 }
 
 // SubtestNames returns the names of Run's subtests, in order. Backend
-// authors can use it to pick subtests with -run.
+// authors can use it to pick subtests with -run. The subtests of an
+// optional capability are listed whether or not a backend has it: the
+// Refund* subtests and ConcurrentRefund (driver.Refunder),
+// ResetForgetsState (driver.Resetter), PeekerMatchesDecide
+// (driver.Peeker), the Lease* subtests but LeaseInvalidInput,
+// ConcurrentLeasesExact and ConcurrentLeaseChurn (driver.Leaser), and the
+// Seed* subtests (driver.Seeder) skip without it. RaisingMaxKeepsWindow
+// needs no capability.
 func SubtestNames() []string {
 	names := make([]string, len(suite))
 	for i, st := range suite {
@@ -292,6 +299,7 @@ var suite = []subtest{
 	{"ResetAtStableAcrossInstancesSkew5s", testResetAtStableAcrossInstances(5 * time.Second)},
 	{"ResetAtStableAcrossInstancesSkew30s", testResetAtStableAcrossInstances(30 * time.Second)},
 	{"PolicyRedefinitionKeepsDroppedLimits", testPolicyRedefinitionKeepsDroppedLimits},
+	{"RaisingMaxKeepsWindow", testRaisingMaxKeepsWindow},
 	// Policies and several identifiers.
 	{"PolicyAllOrNothing", testPolicyAllOrNothing},
 	{"PolicyBindingOnAllow", testPolicyBindingOnAllow},
@@ -333,6 +341,13 @@ var suite = []subtest{
 	{"LeaseInvalidInput", testLeaseInvalidInput},
 	{"ConcurrentLeasesExact", testConcurrentLeasesExact},
 	{"ConcurrentLeaseChurn", testConcurrentLeaseChurn},
+	// Seeding state from another store.
+	{"SeedEveryAlgorithm", testSeedEveryAlgorithm},
+	{"SeedKeepsNewer", testSeedKeepsNewer},
+	{"SeedClosedWindowIgnored", testSeedClosedWindowIgnored},
+	{"SeedThenDecide", testSeedThenDecide},
+	{"SeedConcurrentWriters", testSeedConcurrentWriters},
+	{"SeedInvalidState", testSeedInvalidState},
 	// Identifiers and keys.
 	{"IdentifierEmptyRejected", testIdentifierEmptyRejected},
 	{"IdentifierLength", testIdentifierLength},

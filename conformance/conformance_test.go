@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -87,6 +88,25 @@ const (
 	// releaseByCount frees the earliest lease instead of the one named, so
 	// a second or late release frees somebody else's slot.
 	releaseByCount fault = "release-by-count"
+	// seedOverwrites stores the given states as they are, whatever the
+	// store held and whether they count or not, then decides.
+	seedOverwrites fault = "seed-overwrites"
+	// seedIgnoresGiven decides on the held states and drops the given ones.
+	seedIgnoresGiven fault = "seed-ignores-given"
+	// seedDecidesFirst decides on the held states, then merges the given
+	// ones: the verdict is not the merged states'.
+	seedDecidesFirst fault = "seed-decides-first"
+	// seedNotAtomic reads, yields, then writes the merge: concurrent seeds
+	// and decisions overwrite each other.
+	seedNotAtomic fault = "seed-not-atomic"
+	// seedUnchecked skips driver.CheckGiven, taking what it cannot store.
+	seedUnchecked fault = "seed-unchecked"
+	// seedPriorAfter reports the states after the step as the prior ones.
+	seedPriorAfter fault = "seed-prior-after"
+	// keyByMax keeps a limit's state under a key holding its Max, so that
+	// raising Max opens a fresh window (layout 1 did this for an unnamed
+	// limit).
+	keyByMax fault = "key-by-max"
 )
 
 // brokenBackendEnv names the fault TestBrokenBackendChild runs the suite
@@ -117,6 +137,13 @@ func TestBrokenBackendsFail(t *testing.T) {
 		{leaseNeverExpires, []string{"LeaseExpiresAfterTTL", "LeaseExpiredDoNotCount", "LeaseRenew", "LeaseAcrossInstances"}},
 		{leaseNotAtomic, []string{"ConcurrentLeasesExact", "ConcurrentLeaseChurn"}},
 		{releaseByCount, []string{"LeaseExpiresAfterTTL", "LeaseReleaseUnknownHarmless", "LeaseOutcomeReportsHeld"}},
+		{seedOverwrites, []string{"SeedKeepsNewer", "SeedClosedWindowIgnored", "SeedConcurrentWriters"}},
+		{seedIgnoresGiven, []string{"SeedEveryAlgorithm", "SeedKeepsNewer", "SeedThenDecide", "SeedConcurrentWriters"}},
+		{seedDecidesFirst, []string{"SeedThenDecide"}},
+		{seedNotAtomic, []string{"SeedConcurrentWriters"}},
+		{seedUnchecked, []string{"SeedInvalidState"}},
+		{seedPriorAfter, []string{"SeedEveryAlgorithm", "SeedKeepsNewer"}},
+		{keyByMax, []string{"RaisingMaxKeepsWindow"}},
 	} {
 		t.Run(string(c.fault), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -217,8 +244,8 @@ func contains(list []string, s string) bool {
 // optional interfaces.
 func referenceMaker(f fault, minimal bool) conformance.HarnessMaker {
 	return func(ctx context.Context, tb testing.TB) (conformance.Harness, error) {
-		return &referenceHarness{store: &store{states: map[stateKey]driver.State{}, leases: map[stateKey]map[string]int64{}},
-			fault: f, minimal: minimal}, nil
+		s := &store{states: map[stateKey]driver.State{}, leases: map[stateKey]map[string]int64{}, maxInKey: f == keyByMax}
+		return &referenceHarness{store: s, fault: f, minimal: minimal}, nil
 	}
 }
 
@@ -259,21 +286,32 @@ type store struct {
 	// leases holds each (limit, identifier)'s leases, keyed with an empty
 	// policy.
 	leases map[stateKey]map[string]int64
+	// maxInKey adds each limit's Max to its key (the keyByMax fault).
+	maxInKey bool
 }
 
 type stateKey struct{ policy, limit, id string }
 
+// key returns where the state of limit i of p for id lives.
+func (s *store) key(p *driver.Policy, i int, id string) stateKey {
+	l := &p.Limits[i]
+	if s.maxInKey {
+		return stateKey{p.Key, l.Key + ":" + strconv.FormatInt(l.Max, 10), id}
+	}
+	return stateKey{p.Key, l.Key, id}
+}
+
 func (s *store) load(req driver.Request) []driver.State {
 	states := make([]driver.State, len(req.Policy.Limits))
 	for i := range states {
-		states[i] = s.states[stateKey{req.Policy.Key, req.Policy.Limits[i].Key, req.Identifier}]
+		states[i] = s.states[s.key(req.Policy, i, req.Identifier)]
 	}
 	return states
 }
 
 func (s *store) save(req driver.Request, states []driver.State) {
 	for i, st := range states {
-		s.states[stateKey{req.Policy.Key, req.Policy.Limits[i].Key, req.Identifier}] = st
+		s.states[s.key(req.Policy, i, req.Identifier)] = st
 	}
 }
 
@@ -291,6 +329,7 @@ var (
 	_ driver.Resetter = (*referenceBackend)(nil)
 	_ driver.Pinger   = (*referenceBackend)(nil)
 	_ driver.Leaser   = (*referenceBackend)(nil)
+	_ driver.Seeder   = (*referenceBackend)(nil)
 )
 
 func (b *referenceBackend) Decide(ctx context.Context, req driver.Request) (driver.Outcome, error) {
@@ -367,13 +406,64 @@ func (b *referenceBackend) Reset(ctx context.Context, p *driver.Policy, id strin
 	}
 	b.store.mu.Lock()
 	defer b.store.mu.Unlock()
-	for _, l := range p.Limits {
-		delete(b.store.states, stateKey{p.Key, l.Key, id})
+	for i := range p.Limits {
+		delete(b.store.states, b.store.key(p, i, id))
 	}
 	return nil
 }
 
 func (b *referenceBackend) Ping(ctx context.Context) error { return ctx.Err() }
+
+// Seed calls driver.Seed under the store's lock, after driver.CheckGiven,
+// unless the fault says otherwise.
+func (b *referenceBackend) Seed(ctx context.Context, req driver.Request, given []driver.State) (driver.Outcome, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.Outcome{}, err
+	}
+	if b.fault != seedUnchecked {
+		if err := driver.CheckGiven(req.Policy, given); err != nil {
+			return driver.Outcome{}, err
+		}
+	}
+	p, now := req.Policy, req.Now
+	if b.fault == seedNotAtomic {
+		b.store.mu.Lock()
+		prior := b.store.load(req)
+		b.store.mu.Unlock()
+		runtime.Gosched()
+		time.Sleep(20 * time.Microsecond)
+		next := append([]driver.State(nil), prior...)
+		allowed := driver.Seed(p, now, req.Cost, next, given)
+		b.store.mu.Lock()
+		b.store.save(req, next)
+		b.store.mu.Unlock()
+		return driver.Outcome{Allowed: allowed, States: next, Prior: prior}, nil
+	}
+	b.store.mu.Lock()
+	defer b.store.mu.Unlock()
+	prior := b.store.load(req)
+	next := append([]driver.State(nil), prior...)
+	var allowed bool
+	switch b.fault {
+	case seedOverwrites:
+		if len(given) == len(next) {
+			copy(next, given)
+		}
+		allowed = driver.Decide(p, now, req.Cost, next)
+	case seedIgnoresGiven:
+		allowed = driver.Decide(p, now, req.Cost, next)
+	case seedDecidesFirst:
+		allowed = driver.Decide(p, now, req.Cost, next)
+		driver.Merge(p, now, next, given)
+	default:
+		allowed = driver.Seed(p, now, req.Cost, next, given)
+	}
+	b.store.save(req, next)
+	if b.fault == seedPriorAfter {
+		prior = next
+	}
+	return driver.Outcome{Allowed: allowed, States: next, Prior: prior}, nil
+}
 
 // Acquire calls driver.AcquireLease under the store's lock, unless the
 // fault says otherwise.

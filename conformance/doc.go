@@ -103,6 +103,12 @@
 // checks); a backend without it (memcached) skips them as a declared
 // limitation, and so does a decorator whose lease calls answer an error
 // wrapping errors.ErrUnsupported because the backend it wraps has none.
+// The Seed* subtests need driver.Seeder and skip in the same two cases;
+// they call the backend's Seed directly, with the driver.Policy the
+// throttler sends, and check each step both against driver.Seed applied to
+// the states the backend reports as prior and through the throttler's
+// figures afterwards. RaisingMaxKeepsWindow needs no capability: every
+// backend keeps a limit's state when only its Max changes.
 //
 // A Harness may implement Limitations to declare a weaker guarantee its
 // backend documents. Caveats.CostAboveOneInexactUnderConcurrency (memcached
@@ -172,7 +178,10 @@
 //	Refund: up to n, not below 0 / now; nothing   RefundFixedWindow, RefundGCRA, RefundAfterWindowClosed,
 //	  after the window closed                     ConcurrentRefund
 //	Reset: forgets one identifier's state         ResetForgetsState
-//	Policies redefined: a dropped limit keeps     PolicyRedefinitionKeepsDroppedLimits
+//	Policies redefined 1: identity is name,       RaisingMaxKeepsWindow, PoliciesNeverShareCounters,
+//	  window, algorithm, burst; never Max, named  LimitsNeverShareCounters
+//	  or not
+//	Policies redefined 2: a dropped limit keeps   PolicyRedefinitionKeepsDroppedLimits
 //	  its state for the old definition
 //	Keys 1: policy and limit identity; two        PoliciesNeverShareCounters, LimitsNeverShareCounters, KeyJoinCollisions
 //	  limits never share a counter
@@ -203,6 +212,17 @@
 //	  never share leases or a policy's state
 //	Concurrency limits 7: invalid input is an     LeaseInvalidInput (failure modes: the throttler's tests)
 //	  errors.Is error
+//	Seeding 1: one state per limit, no negative   SeedInvalidState
+//	  field, else ErrInvalidState
+//	Seeding 2: what counts nothing at now is      SeedClosedWindowIgnored
+//	  ignored
+//	Seeding 3: nothing held takes the given       SeedEveryAlgorithm, SeedThenDecide
+//	  state
+//	Seeding 4: the newer wins, per algorithm      SeedKeepsNewer, SeedConcurrentWriters
+//	Seeding 5: merge, then decide, one atomic     SeedThenDecide, SeedConcurrentWriters
+//	  step; a denial keeps the merge
+//	Seeding 6: Prior is what the store held       SeedEveryAlgorithm, SeedKeepsNewer; every seed the
+//	                                              Seed* subtests make
 //	Everything above, at random                   DifferentialAgainstModel
 //
 // Not checked here, because one backend in one harness cannot show them:

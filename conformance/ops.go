@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -199,23 +200,34 @@ func testResetForgetsState(t *testing.T, e *env) {
 	}
 }
 
-// compile returns the backend's view of p, the driver.Policy a throttler
-// sends with every request under p.
+// compile returns the backend's view of p: the very driver.Policy a
+// throttler sends with every request under p, read from such a request.
+// Rebuilding it from p.Limits would not do: an unnamed limit's Name there
+// is its notation, which driver.NewLimit would take for a name, and so a
+// key of its own.
 func compile(t *testing.T, p *throttler.Policy) *driver.Policy {
 	t.Helper()
-	var limits []driver.Limit
-	for _, l := range p.Limits() {
-		dl, err := driver.NewLimit(l.Name, l.Algorithm, l.Max, l.Window, l.Burst)
-		if err != nil {
-			t.Fatalf("driver.NewLimit(%v): %v", l, err)
-		}
-		limits = append(limits, dl)
-	}
-	dp, err := driver.NewPolicy(p.Name(), limits...)
+	rec := &policyRecorder{}
+	thr, err := throttler.New(rec, throttler.WithClock(throttler.NewManualClock(T0)), throttler.WithLogger(nil))
 	if err != nil {
-		t.Fatalf("driver.NewPolicy(%q): %v", p.Name(), err)
+		t.Fatalf("throttler.New over a recorder: %v", err)
 	}
-	return dp
+	if _, err := thr.Peek(context.Background(), p, "compile"); err != nil {
+		t.Fatalf("compiling policy %q: %v", p.Name(), err)
+	}
+	if !rec.policy.Valid() {
+		t.Fatalf("compiling policy %q: the throttler sent no valid policy", p.Name())
+	}
+	return rec.policy
+}
+
+// policyRecorder is a backend that keeps the policy of the last request
+// it was sent and holds nothing.
+type policyRecorder struct{ policy *driver.Policy }
+
+func (r *policyRecorder) Decide(_ context.Context, req driver.Request) (driver.Outcome, error) {
+	r.policy = req.Policy
+	return driver.Outcome{Allowed: true, States: make([]driver.State, len(req.Policy.Limits))}, nil
 }
 
 // evaluate returns every limit's figures for a peek's states.
