@@ -30,24 +30,52 @@
 //
 // # Modes
 //
-// SplitMode (the default) sends an identifier's requests to its backend
-// only. Moving an identifier starts it afresh on the other backend: one
-// window's quota may be granted twice, once per backend. That is often
-// acceptable for a gradual migration; when it is not, use MirrorMode.
+// Whatever the mode, a move keeps the client's view: an identifier's
+// state moves with it, so its reset time does not jump and its quota is
+// not granted twice (docs/SPEC.md, Rollout between two backends). The
+// capability that carries state is driver.Seeder: a store takes states
+// another store decided, merged by a fixed rule (driver.Merge) and, in
+// the same atomic step, decides the request. Every backend of this module
+// implements it.
 //
-// MirrorMode decides on the serving backend, and when it allows a request,
-// records the same units on the other backend. Consumed units go to both;
-// a denial consumes nothing on either; a peek touches only the serving one.
-// Both backends therefore hold the same windows (the secondary replays
-// exactly the decisions the primary allowed, at the same now), and an
-// identifier moved mid-window keeps its Used and ResetAt: it neither starts
-// a new window nor gets its quota twice. The secondary records units with
-// an ordinary Decide; if it holds less room than the primary (it held state
-// from before mirroring began), it takes as many units as it can hold, so
-// that it is never emptier than its limits allow, and the rest is counted
-// as a shortfall in Stats. The two writes are not one atomic step: a
-// concurrent decision served by the other backend (another process with a
-// different split during a change) may interleave.
+// SplitMode (the default) sends an identifier's requests to its backend
+// only. Before it decides for an identifier that may have been served by
+// the other backend lately, it reads the identifier's states there and has
+// its serving backend decide with Seed, which merges them first: one extra
+// round trip, once per identifier and policy per horizon (the policy's
+// longest window, twice that for a sliding window) at most. "May have been
+// served there" is known from the splits this Backend has seen: a split in
+// force during the last horizon that sent the identifier to the other side,
+// or a Backend that has not watched its source for a horizon yet (a process
+// that just started cannot know what its peers did). An identifier that has
+// stayed on one side for a whole horizon costs nothing extra, and the
+// Backend remembers the identifiers it has carried over (WithSeedMemory
+// bounds how many; one forgotten is only read again). Moves in either
+// direction keep their windows: ramping down reads the new backend and
+// merges into the old one. WithSeeding(false) turns seeding off, and a
+// moved identifier then starts afresh.
+//
+// What split mode cannot keep exact: processes that hold different
+// percentages during a flag change route an identifier between the two to
+// different stores, each of which counts only its own requests, so that
+// identifier may be granted up to twice its quota in the windows that
+// overlap the disagreement. Once every process has the new split, the next
+// decision after the move merges the stores and later windows are exact.
+// MirrorMode has no such gap while its stores are reachable.
+//
+// MirrorMode decides on the serving backend and then writes the states it
+// decided to the other backend, with a Seed of cost 0, after every decision
+// of cost > 0, allowed or denied. The other backend therefore holds the same
+// windows (same end, same count; same GCRA arrival time) from the first
+// mirrored decision on, whenever mirroring began, even in the middle of
+// open windows; a later write never moves its window back nor lowers its
+// count (a write from a concurrent process may arrive late). Stats counts
+// in MirrorDiverged the decisions whose secondary was apart before the
+// write: it rises once per identifier when mirroring begins, then falls to
+// zero, which is how a dashboard shows the stores have converged. A
+// secondary that is no driver.Seeder gets the allowed units replayed with
+// an ordinary Decide instead (the behaviour before Seeder): what it cannot
+// hold is counted as a shortfall.
 //
 // ShadowMode decides on the serving backend, runs the same decision on the
 // other one, and compares the two evaluated outcomes limit by limit: the
@@ -57,6 +85,16 @@
 // sees the real load. Shadow mode is how a new backend is checked before
 // it serves anything; mirror then shadow is how to check that mirroring
 // keeps the stores in step.
+//
+// # Upgrading the key layout
+//
+// Stored keys follow driver.KeyLayout. A store written before layout 2 (an
+// unnamed limit was keyed by its notation, Max included) is upgraded in
+// place with UpgradeKeys: a split rollout at 100 % from KeyLayoutV1(store)
+// to the store itself, so that each identifier's first decision reads its
+// layout-1 state and carries it into its layout-2 keys; no window
+// restarts. After the longest horizon of the deployment's policies the
+// old keys count for nothing, and the store can be used alone.
 //
 // In MirrorMode and ShadowMode the secondary call follows the primary one
 // within the same context and deadline, so a decision costs both round
@@ -106,8 +144,8 @@
 // A toggle that is disabled, or missing from the server's answer, puts
 // every identifier on the old backend, whatever its percentage; enabling
 // it again restores the percentage. For a StaticSource, Set(0) is the kill
-// switch. In SplitMode, identifiers moved back start afresh on the old
-// backend; in MirrorMode the old backend has their windows.
+// switch. Identifiers moved back keep their windows: in SplitMode the old
+// backend is seeded from the new one, in MirrorMode it has them already.
 //
 // # When the flag server is unreachable
 //

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
+
+	"time"
 
 	"github.com/throttlekit/throttlekit/throttler/driver"
 )
@@ -15,12 +18,14 @@ type Mode int
 
 const (
 	// SplitMode (the default) sends each identifier's requests only to the
-	// backend that serves it. Moving an identifier starts it afresh on the
-	// other backend.
+	// backend that serves it. When an identifier may have moved (the split
+	// changed within its policy's horizon), its state is first carried over
+	// from the other backend (seeding), so that a move keeps its windows.
 	SplitMode Mode = iota
-	// MirrorMode decides on the serving backend and records every unit it
-	// consumes on the other backend too, so that moving an identifier keeps
-	// its windows: neither a reset nor a doubled quota.
+	// MirrorMode decides on the serving backend and then writes the states
+	// it decided to the other backend too (driver.Seeder), so that both
+	// hold the same windows and moving an identifier keeps them: neither a
+	// reset nor a doubled quota.
 	MirrorMode
 	// ShadowMode decides on the serving backend, runs the same decision on
 	// the other one and counts where they disagree. The other backend's
@@ -58,6 +63,14 @@ type Backend struct {
 	onMismatch  func(Mismatch)
 	onSecondary func(error)
 	stats       counters
+
+	// Seeding (split mode): the splits in force lately, and the
+	// identifiers already carried over. seeds is nil when seeding is off.
+	seeding    bool
+	seedMemory int
+	seeds      *seedMemory
+	historyMu  sync.Mutex
+	history    atomic.Pointer[history]
 }
 
 // Option configures a Backend.
@@ -84,10 +97,26 @@ func WithSecondaryErrorHandler(f func(error)) Option {
 	return func(b *Backend) { b.onSecondary = f }
 }
 
+// WithSeeding turns split mode's seeding on (the default) or off. With it,
+// an identifier that may have been served by the other backend within its
+// policy's horizon (the split changed lately, or this process started
+// lately) has its state read there and merged into its serving backend
+// before the decision, once per horizon: a move keeps its windows. Off, a
+// moved identifier starts afresh on its new backend. Seeding needs the
+// serving backend to implement driver.Seeder; without it, decisions go on
+// unseeded and Stats counts them.
+func WithSeeding(on bool) Option { return func(b *Backend) { b.seeding = on } }
+
+// WithSeedMemory bounds the number of (policy, identifier) pairs a Backend
+// remembers as seeded, DefaultSeedMemory unless set. A pair forgotten
+// early is only looked up again, at the cost of a round trip.
+func WithSeedMemory(entries int) Option { return func(b *Backend) { b.seedMemory = entries } }
+
 // New returns a Backend that moves identifiers from oldBackend to newBackend
 // as source says. The error wraps driver.ErrInvalidOption.
 func New(oldBackend, newBackend driver.Backend, source FlagSource, opts ...Option) (*Backend, error) {
-	b := &Backend{backends: [2]driver.Backend{oldBackend, newBackend}, source: source}
+	b := &Backend{backends: [2]driver.Backend{oldBackend, newBackend}, source: source,
+		seeding: true, seedMemory: DefaultSeedMemory}
 	for _, opt := range opts {
 		opt(b)
 	}
@@ -100,6 +129,11 @@ func New(oldBackend, newBackend driver.Backend, source FlagSource, opts ...Optio
 		return nil, fmt.Errorf("%w: unknown mode %d", driver.ErrInvalidOption, int(b.mode))
 	case b.fallback != SideOld && b.fallback != SideNew:
 		return nil, fmt.Errorf("%w: unknown default side %d", driver.ErrInvalidOption, int(b.fallback))
+	case b.seedMemory < 1:
+		return nil, fmt.Errorf("%w: seed memory of %d entries", driver.ErrInvalidOption, b.seedMemory)
+	}
+	if b.seeding && b.mode == SplitMode {
+		b.seeds = newSeedMemory(b.seedMemory)
 	}
 	return b, nil
 }
@@ -136,36 +170,52 @@ func (b *Backend) ready() error {
 	return nil
 }
 
-// route is Side, counting decisions routed by the default.
-func (b *Backend) route(identifier string) Side {
-	if sp := b.source.Split(); sp != nil {
-		return sp.Side(identifier)
+// route is Side for a decision at now, counting decisions routed by the
+// default and recording changes of split for seeding.
+func (b *Backend) route(identifier string, now time.Time) Side {
+	r := b.observe(now)
+	if r.split == nil {
+		b.stats.defaultRouted.Add(1)
 	}
-	b.stats.defaultRouted.Add(1)
-	return b.fallback
+	return r.side(identifier)
 }
 
 // Decide implements driver.Backend. The serving backend decides. In
-// MirrorMode, when it allows a request of cost > 0, the same units are then
-// recorded on the other backend (see MirrorMode); when it denies, neither
-// changes. In ShadowMode the other backend then decides the same request
-// and the two outcomes are compared. Failures of the other backend never
-// change the outcome returned.
+// SplitMode it first takes over the identifier's state from the other
+// backend when the identifier may have moved (see WithSeeding). In
+// MirrorMode, after a decision of cost > 0, allowed or denied, the other
+// backend is written the states the serving one decided (driver.Seeder;
+// a secondary without it replays the allowed units instead). In ShadowMode
+// the other backend then decides the same request and the two outcomes are
+// compared. Failures of the other backend never change the outcome
+// returned.
 func (b *Backend) Decide(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	if err := b.ready(); err != nil {
 		return driver.Outcome{}, err
 	}
-	side := b.route(req.Identifier)
+	side := b.route(req.Identifier, req.Now)
+	if b.mode == SplitMode {
+		if b.seeds == nil {
+			return b.backends[side].Decide(ctx, req)
+		}
+		return b.seeded(ctx, side, req, false)
+	}
 	out, err := b.backends[side].Decide(ctx, req)
-	if err != nil || b.mode == SplitMode {
+	if err != nil {
 		return out, err
 	}
 	// The serving backend's outcome may live in req.Buffer: the second
 	// backend must not write over it.
 	req.Buffer = nil
 	if b.mode == MirrorMode {
-		if out.Allowed && req.Cost > 0 {
-			b.mirror(ctx, side.other(), req)
+		if req.Cost > 0 {
+			decided := int64(0)
+			if out.Allowed {
+				decided = req.Cost
+			}
+			if !b.carry(ctx, side.other(), req, out, decided) && out.Allowed {
+				b.mirror(ctx, side.other(), req)
+			}
 		}
 		return out, nil
 	}
@@ -174,23 +224,30 @@ func (b *Backend) Decide(ctx context.Context, req driver.Request) (driver.Outcom
 }
 
 // Take implements driver.Taker: the serving backend takes (its own Take, or
-// driver.TakeWith's rounds of a peek and a decision), and the other one
-// sees the units granted as it sees a decision of that cost: mirrored in
+// driver.TakeWith's rounds of a peek and a decision), after seeding in
+// SplitMode as Decide does, and the other one sees the units granted as it
+// sees a decision of that cost: written the serving backend's states in
 // MirrorMode, compared in ShadowMode (a take that granted nothing is
 // compared as a denied request of one unit).
 func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	if err := b.ready(); err != nil {
 		return driver.Outcome{}, err
 	}
-	side := b.route(req.Identifier)
+	side := b.route(req.Identifier, req.Now)
+	if b.mode == SplitMode {
+		if b.seeds == nil {
+			return driver.TakeWith(ctx, b.backends[side], req)
+		}
+		return b.seeded(ctx, side, req, true)
+	}
 	out, err := driver.TakeWith(ctx, b.backends[side], req)
-	if err != nil || b.mode == SplitMode {
+	if err != nil {
 		return out, err
 	}
 	req.Buffer = nil // out may live in it
 	req.Cost = max(out.Granted, 1)
 	if b.mode == MirrorMode {
-		if out.Granted > 0 {
+		if !b.carry(ctx, side.other(), req, out, out.Granted) && out.Granted > 0 {
 			b.mirror(ctx, side.other(), req)
 		}
 		return out, nil
@@ -246,17 +303,57 @@ func headroom(req driver.Request, states []driver.State) int64 {
 
 // Peek implements driver.Peeker: the serving backend answers, through
 // its own Peek when it has one, otherwise through Decide with cost 0 (the
-// throttler's fallback). The other backend is not consulted in any mode.
+// throttler's fallback). In SplitMode with seeding, when the identifier may
+// have moved and has not been seeded yet, the other backend is read too and
+// its state merged into the answer as a seeded decision would see it,
+// without writing anything. Mirror and shadow modes ask the serving
+// backend only.
 func (b *Backend) Peek(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	if err := b.ready(); err != nil {
 		return driver.Outcome{}, err
 	}
 	req.Cost = 0
-	backend := b.backends[b.Side(req.Identifier)]
+	side := b.Side(req.Identifier)
+	backend := b.backends[side]
+	var (
+		out driver.Outcome
+		err error
+	)
 	if pk, ok := backend.(driver.Peeker); ok {
-		return pk.Peek(ctx, req)
+		out, err = pk.Peek(ctx, req)
+	} else {
+		out, err = backend.Decide(ctx, req)
 	}
-	return backend.Decide(ctx, req)
+	if err != nil || !b.needsSeed(req, side) || len(out.States) != len(req.Policy.Limits) {
+		return out, err
+	}
+	given, gerr := b.lookAcross(ctx, side.other(), req)
+	if gerr != nil {
+		b.secondaryFailed(side.other(), "seed", gerr)
+		return out, nil
+	}
+	if given != nil {
+		states := append([]driver.State(nil), out.States...)
+		driver.Merge(req.Policy, req.Now, states, given)
+		out.States = states
+	}
+	return out, nil
+}
+
+// Nonblocking implements driver.Nonblocking: true when both backends are
+// nonblocking (in-process stores), so that the throttler gives their
+// decisions no call timeout.
+func (b *Backend) Nonblocking() bool {
+	if b.ready() != nil {
+		return false
+	}
+	for _, backend := range b.backends {
+		nb, ok := backend.(driver.Nonblocking)
+		if !ok || !nb.Nonblocking() {
+			return false
+		}
+	}
+	return true
 }
 
 // Refund implements driver.Refunder. The serving backend refunds and its
@@ -326,7 +423,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.LeaseRequest) (driver.
 	if err := b.ready(); err != nil {
 		return driver.LeaseOutcome{}, err
 	}
-	side := b.route(req.Identifier)
+	side := b.route(req.Identifier, req.Now)
 	lr, ok := b.backends[side].(driver.Leaser)
 	if !ok {
 		return driver.LeaseOutcome{}, fmt.Errorf("%w: %s backend has no concurrency leases", errors.ErrUnsupported, side)
@@ -445,6 +542,9 @@ var (
 	_ driver.Pinger   = (*Backend)(nil)
 	_ driver.Closer   = (*Backend)(nil)
 	_ driver.Leaser   = (*Backend)(nil)
+	_ driver.Seeder   = (*Backend)(nil)
+
+	_ driver.Nonblocking = (*Backend)(nil)
 )
 
 // counters are the Backend's statistics. Split mode touches none of them on
@@ -462,4 +562,5 @@ type counters struct {
 	deniedAllowed        atomic.Uint64
 	remainingDiffers     atomic.Uint64
 	resetDiffers         atomic.Uint64
+	seedStats
 }

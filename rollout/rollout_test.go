@@ -141,7 +141,20 @@ func TestSplitModeRoutes(t *testing.T) {
 	require.NoError(t, src.Set(100))
 	r, err := th.Allow(ctx, policy, idOld)
 	require.NoError(t, err)
-	assert.EqualValues(t, 1, r.Used, "split mode: a moved identifier starts a new window")
+	assert.EqualValues(t, 4, r.Used, "split mode carries a moved identifier's window")
+
+	// Without seeding, a moved identifier starts afresh.
+	oldB, newB = memorybackend.New(), memorybackend.New()
+	require.NoError(t, src.Set(50))
+	th = testkit.Throttler(t, mustRollout(t, oldB, newB, src, WithSeeding(false)), throttler.WithClock(clock))
+	for range 3 {
+		_, err := th.Allow(ctx, policy, idOld)
+		require.NoError(t, err)
+	}
+	require.NoError(t, src.Set(100))
+	r, err = th.Allow(ctx, policy, idOld)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, r.Used, "without seeding a moved identifier starts a new window")
 }
 
 // TestMirrorMovedIdentifierKeepsWindow: in mirror mode an identifier moved
@@ -219,15 +232,16 @@ func TestMirrorDenialConsumesNothing(t *testing.T) {
 	assert.Zero(t, oldB.Len()+newB.Len()-2)
 }
 
-// TestMirrorShortfall: a secondary already fuller than the primary (state
-// from before mirroring) takes what room it has and the rest is counted.
+// TestMirrorShortfall: a secondary without driver.Seeder replays the
+// allowed units; when it is already fuller than the primary (state from
+// before mirroring) it takes what room it has and the rest is counted.
 func TestMirrorShortfall(t *testing.T) {
 	src := mustStatic(t, 0)
 	clock := throttler.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "10/min")
 	oldB, newB := memorybackend.New(), memorybackend.New()
 	newView(newB, clock, policy).allowN(t, "u", 8)
-	rb := mustRollout(t, oldB, newB, src, WithMode(MirrorMode))
+	rb := mustRollout(t, oldB, decideOnly{newB}, src, WithMode(MirrorMode))
 	th := testkit.Throttler(t, rb, throttler.WithClock(clock))
 
 	r, err := th.AllowN(context.Background(), policy, "u", 5)
@@ -426,13 +440,24 @@ func TestOptionalInterfaces(t *testing.T) {
 		oldB, broken := memorybackend.New(), &brokenBackend{}
 		newView(oldB, clock, policy).allowN(t, "u", 4)
 		for _, mode := range []Mode{SplitMode, MirrorMode, ShadowMode} {
-			th := testkit.Throttler(t, mustRollout(t, oldB, broken, mustStatic(t, 0), WithMode(mode)), throttler.WithClock(clock))
+			th := testkit.Throttler(t, mustRollout(t, oldB, broken, mustStatic(t, 0), WithMode(mode), WithSeeding(false)), throttler.WithClock(clock))
 			r, err := th.Peek(ctx, policy, "u")
 			require.NoError(t, err)
 			assert.False(t, r.Degraded)
 			assert.EqualValues(t, 4, r.Used)
 		}
 		assert.Zero(t, broken.calls.Load())
+	})
+	t.Run("peek while seeding survives a broken other backend", func(t *testing.T) {
+		oldB, broken := memorybackend.New(), &brokenBackend{}
+		newView(oldB, clock, policy).allowN(t, "u", 4)
+		rb := mustRollout(t, oldB, broken, mustStatic(t, 0))
+		th := testkit.Throttler(t, rb, throttler.WithClock(clock))
+		r, err := th.Peek(ctx, policy, "u")
+		require.NoError(t, err)
+		assert.False(t, r.Degraded)
+		assert.EqualValues(t, 4, r.Used)
+		assert.EqualValues(t, 1, rb.Stats().SecondaryErrors, "the failed look across is counted")
 	})
 	t.Run("ping pings both", func(t *testing.T) {
 		assert.NoError(t, mustRollout(t, memorybackend.New(), decideOnly{memorybackend.New()}, mustStatic(t, 0)).Ping(ctx))

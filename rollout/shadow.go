@@ -85,6 +85,18 @@ type Stats struct {
 	// RemainingDiffers and ResetDiffers count compared decisions where some
 	// limit's Remaining, or ResetAt, differs.
 	RemainingDiffers, ResetDiffers uint64
+	// MirrorDiverged counts MirrorMode decisions whose secondary held a
+	// state apart from the primary's before the write: had it decided the
+	// same request itself, some limit would have counted differently. It
+	// falls to 0 once the stores have converged; mirroring begun in the
+	// middle of open windows raises it once per identifier.
+	MirrorDiverged uint64
+	// SeedChecks counts SplitMode decisions (and takes) that looked for an
+	// identifier's state on the other backend, because it may have moved
+	// within its policy's horizon; Seeded counts those that found some and
+	// merged it into the serving backend first. SeedUnsupported counts
+	// checks skipped because the serving backend is no driver.Seeder.
+	SeedChecks, Seeded, SeedUnsupported uint64
 }
 
 // Stats returns a snapshot of the counters. Each counter is read atomically,
@@ -103,6 +115,10 @@ func (b *Backend) Stats() Stats {
 		DeniedAllowed:        c.deniedAllowed.Load(),
 		RemainingDiffers:     c.remainingDiffers.Load(),
 		ResetDiffers:         c.resetDiffers.Load(),
+		MirrorDiverged:       c.mirrorDiverged.Load(),
+		SeedChecks:           c.seedChecks.Load(),
+		Seeded:               c.seeded.Load(),
+		SeedUnsupported:      c.seedUnsupported.Load(),
 	}
 }
 

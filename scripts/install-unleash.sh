@@ -19,12 +19,18 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb 
 fi
 
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-  echo "install-unleash: node and npm are needed (Node.js 20); the Unleash tests will be skipped" >&2
-  exit 1
+  # Not an error: the tests that need the server skip with a line saying so.
+  echo "install-unleash: no node/npm on PATH (Node.js 20 is needed); the real-Unleash tests will skip" >&2
+  exit 0
 fi
 if [ ! -f "$dir/node_modules/unleash-server/package.json" ]; then
-  echo "install-unleash: npm install unleash-server@$version into $dir" >&2
   mkdir -p "$dir"
-  (cd "$dir" && npm install --no-audit --no-fund --omit=dev --loglevel=error "unleash-server@$version" >/dev/null)
+  # Two installs into one cache at once break each other: one at a time.
+  exec 9>"$dir.lock"
+  flock 9
+  if [ ! -f "$dir/node_modules/unleash-server/package.json" ]; then
+    echo "install-unleash: npm install unleash-server@$version into $dir" >&2
+    (cd "$dir" && npm install --no-audit --no-fund --omit=dev --loglevel=error "unleash-server@$version" >/dev/null)
+  fi
 fi
 echo "unleash-server $version in $dir"

@@ -71,6 +71,7 @@
 //	                           "last_update"?, "errors"?, "last_error"?},
 //	                "stats": {"default_routed", "mirrored",
 //	                          "mirror_shortfalls", "mirror_shortfall_units",
+//	                          "mirror_diverged", "seed_checks", "seeded",
 //	                          "secondary_errors", "shadow_compared",
 //	                          "shadow_mismatches",
 //	                          "mismatches_by_kind": {"allowed_denied",

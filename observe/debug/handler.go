@@ -244,6 +244,7 @@ func rolloutOf(nr namedRollout, now time.Time) Rollout {
 		Stats: RolloutStats{
 			DefaultRouted: st.DefaultRouted, Mirrored: st.Mirrored,
 			MirrorShortfalls: st.MirrorShortfalls, MirrorShortfallUnits: st.MirrorShortfallUnits,
+			MirrorDiverged: st.MirrorDiverged, SeedChecks: st.SeedChecks, Seeded: st.Seeded,
 			SecondaryErrors: st.SecondaryErrors, ShadowCompared: st.ShadowCompared, ShadowMismatches: st.ShadowMismatches,
 			MismatchesByKind: Mismatches{AllowedDenied: st.AllowedDenied, DeniedAllowed: st.DeniedAllowed,
 				RemainingDiffers: st.RemainingDiffers, ResetDiffers: st.ResetDiffers},
@@ -368,14 +369,14 @@ td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:to
 {{end}}</table>
 
 <h2>Rollouts</h2>
-<table><tr><th>name</th><th>mode</th><th>split</th><th>source</th><th>last fetch</th><th>source errors</th><th>mirrored</th><th>shortfalls</th><th>secondary errors</th><th>shadow compared</th><th>mismatches (allowed/denied, denied/allowed, remaining, reset)</th></tr>
+<table><tr><th>name</th><th>mode</th><th>split</th><th>source</th><th>last fetch</th><th>source errors</th><th>mirrored</th><th>diverged</th><th>seeded (checked)</th><th>shortfalls</th><th>secondary errors</th><th>shadow compared</th><th>mismatches (allowed/denied, denied/allowed, remaining, reset)</th></tr>
 {{range .Rollouts}}<tr><td>{{.Name}}</td><td>{{.Mode}}</td><td{{if .Killed}} class="bad"{{end}}>{{.Split}}</td>
 {{with .Source}}<td{{if not .Healthy}} class="bad"{{end}}>{{.Kind}}: {{if .Healthy}}ok{{else}}{{.Error}}{{end}}</td>
 <td>{{if .LastFetch}}{{.LastFetch.Format "2006-01-02T15:04:05Z07:00"}} ({{age .FetchAgeSeconds}} ago){{else}}n/a{{end}}</td>
 <td>{{.Errors}}{{if .LastError}}, last: {{.LastError}}{{end}}</td>{{end}}
-{{with .Stats}}<td class="num">{{.Mirrored}}</td><td class="num">{{.MirrorShortfalls}} ({{.MirrorShortfallUnits}} units)</td><td class="num">{{.SecondaryErrors}}</td><td class="num">{{.ShadowCompared}}</td>
+{{with .Stats}}<td class="num">{{.Mirrored}}</td><td class="num">{{.MirrorDiverged}}</td><td class="num">{{.Seeded}} ({{.SeedChecks}})</td><td class="num">{{.MirrorShortfalls}} ({{.MirrorShortfallUnits}} units)</td><td class="num">{{.SecondaryErrors}}</td><td class="num">{{.ShadowCompared}}</td>
 <td class="num">{{.ShadowMismatches}} ({{.MismatchesByKind.AllowedDenied}}, {{.MismatchesByKind.DeniedAllowed}}, {{.MismatchesByKind.RemainingDiffers}}, {{.MismatchesByKind.ResetDiffers}})</td>{{end}}</tr>
-{{else}}<tr><td colspan="11">none</td></tr>
+{{else}}<tr><td colspan="13">none</td></tr>
 {{end}}</table>
 
 <h2>Policies</h2>

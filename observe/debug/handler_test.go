@@ -275,8 +275,8 @@ func TestJSONSchema(t *testing.T) {
 	assert.Equal(t, []string{"has_split", "killed", "mode", "name", "percent_new", "source", "split", "stats"}, keys(rr))
 	var stats map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal(rr["stats"], &stats))
-	assert.Equal(t, []string{"default_routed", "mirror_shortfall_units", "mirror_shortfalls", "mirrored", "mismatches_by_kind",
-		"secondary_errors", "shadow_compared", "shadow_mismatches"}, keys(stats))
+	assert.Equal(t, []string{"default_routed", "mirror_diverged", "mirror_shortfall_units", "mirror_shortfalls", "mirrored", "mismatches_by_kind",
+		"secondary_errors", "seed_checks", "seeded", "shadow_compared", "shadow_mismatches"}, keys(stats))
 }
 
 func keys[V any](m map[string]V) []string {

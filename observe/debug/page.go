@@ -121,6 +121,16 @@ type RolloutStats struct {
 	MirrorShortfalls uint64 `json:"mirror_shortfalls"`
 	// MirrorShortfallUnits counts the units the secondary missed.
 	MirrorShortfallUnits uint64 `json:"mirror_shortfall_units"`
+	// MirrorDiverged counts mirrored decisions whose secondary was apart
+	// from the primary before the write; it stops growing once the stores
+	// have converged.
+	MirrorDiverged uint64 `json:"mirror_diverged"`
+	// SeedChecks counts split-mode decisions that looked for an
+	// identifier's state on the other backend; Seeded those that carried
+	// some over.
+	SeedChecks uint64 `json:"seed_checks"`
+	// Seeded counts split-mode decisions that carried state over.
+	Seeded uint64 `json:"seeded"`
 	// SecondaryErrors counts failures of the secondary backend.
 	SecondaryErrors uint64 `json:"secondary_errors"`
 	// ShadowCompared counts shadow-mode decisions both backends answered.

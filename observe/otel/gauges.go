@@ -62,7 +62,7 @@ func (o *Observer) registerGauges(meter metric.Meter) error {
 			metric.WithDescription("1 while the rollout's kill switch sends every identifier to the old backend."))
 		add(g.rolloutKilled, err)
 		g.rolloutEvents, err = meter.Int64ObservableCounter("throttlekit.rollout.events", metric.WithUnit("{event}"),
-			metric.WithDescription("Rollout events: default_routed, mirrored, mirror_shortfall, secondary_error, shadow_compared, shadow_mismatched."))
+			metric.WithDescription("Rollout events: default_routed, mirrored, mirror_shortfall, mirror_diverged, secondary_error, seed_checked, seeded, seed_unsupported, shadow_compared, shadow_mismatched."))
 		add(g.rolloutEvents, err)
 		g.rolloutMismatches, err = meter.Int64ObservableCounter("throttlekit.rollout.mismatches", metric.WithUnit("{mismatch}"),
 			metric.WithDescription("Shadow-mode mismatches by kind (allowed_denied, denied_allowed, remaining, reset); one decision can differ in several ways."))
@@ -122,6 +122,8 @@ func (o *Observer) collect(_ context.Context, obs metric.Observer) error {
 			{"default_routed", st.DefaultRouted}, {"mirrored", st.Mirrored},
 			{"mirror_shortfall", st.MirrorShortfalls}, {"secondary_error", st.SecondaryErrors},
 			{"shadow_compared", st.ShadowCompared}, {"shadow_mismatched", st.ShadowMismatches},
+			{"mirror_diverged", st.MirrorDiverged}, {"seed_checked", st.SeedChecks},
+			{"seeded", st.Seeded}, {"seed_unsupported", st.SeedUnsupported},
 		} {
 			obs.ObserveInt64(g.rolloutEvents, clamp(ev.v), metric.WithAttributes(name, RolloutEventKey.String(ev.name)))
 		}

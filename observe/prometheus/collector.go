@@ -239,7 +239,7 @@ func New(opts ...Option) (*Collector, error) {
 		rolloutKilled: prometheus.NewDesc(ns+"_rollout_killed",
 			"1 while the rollout's kill switch sends every identifier to the old backend.", []string{"rollout"}, nil),
 		rolloutEvents: prometheus.NewDesc(ns+"_rollout_events_total",
-			"Rollout events: default_routed, mirrored, mirror_shortfall, secondary_error, shadow_compared, shadow_mismatched.",
+			"Rollout events: default_routed, mirrored, mirror_shortfall, mirror_diverged, secondary_error, seed_checked, seeded, seed_unsupported, shadow_compared, shadow_mismatched.",
 			[]string{"rollout", "event"}, nil),
 		rolloutMismatch: prometheus.NewDesc(ns+"_rollout_mismatches_total",
 			"Shadow-mode mismatches by kind (allowed_denied, denied_allowed, remaining, reset); one decision can differ in several ways.",
@@ -428,6 +428,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			{"default_routed", st.DefaultRouted}, {"mirrored", st.Mirrored},
 			{"mirror_shortfall", st.MirrorShortfalls}, {"secondary_error", st.SecondaryErrors},
 			{"shadow_compared", st.ShadowCompared}, {"shadow_mismatched", st.ShadowMismatches},
+			{"mirror_diverged", st.MirrorDiverged}, {"seed_checked", st.SeedChecks},
+			{"seeded", st.Seeded}, {"seed_unsupported", st.SeedUnsupported},
 		} {
 			ch <- prometheus.MustNewConstMetric(c.rolloutEvents, prometheus.CounterValue, float64(ev.v), r.name, ev.name)
 		}

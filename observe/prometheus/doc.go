@@ -40,8 +40,12 @@
 // Breaker and rollout metrics are read when Prometheus scrapes, from the
 // functions and backends given with WithBreakers and WithRollout. A
 // rollout's events are its Stats: default_routed, mirrored,
-// mirror_shortfall, secondary_error, shadow_compared and
-// shadow_mismatched (a compared decision that differs in any way); its
+// mirror_shortfall, mirror_diverged (a mirrored decision whose secondary
+// was apart before the write: zero once the stores have converged),
+// secondary_error, seed_checked (a split decision that looked at the other
+// store), seeded (one that carried state over), seed_unsupported,
+// shadow_compared and shadow_mismatched (a compared decision that differs
+// in any way); its
 // mismatches by kind are allowed_denied, denied_allowed, remaining and
 // reset, and one decision can differ in several.
 //

@@ -82,22 +82,24 @@ func TestRealUnleashServer(t *testing.T) {
 	admin := unleashAdmin{t: t, url: u.URL()}
 	const feature = "ratelimit-redis"
 	strategyID := admin.createToggle(feature, 30)
-	auth := unleash.WithCustomHeaders(http.Header{"Authorization": {localserver.UnleashClientToken}})
+	// Each source copies the token into a header map of its own client:
+	// one map shared by two clients is a data race inside the client.
+	auth := WithToken(localserver.UnleashClientToken)
 
 	// A token the server refuses fails New at once, clearly.
 	began := time.Now()
 	_, err := New(feature, WithServer(u.APIURL(), "throttlekit-test"),
-		WithClientOptions(unleash.WithCustomHeaders(http.Header{"Authorization": {"default:development.wrong"}})),
+		WithToken("default:development.wrong"),
 		WithWaitForFirstFetch(10*time.Second))
 	assert.ErrorIs(t, err, ErrRefused)
 	assert.NotContains(t, fmt.Sprint(err), "wrong")
 	t.Logf("refused token: New failed after %v: %v", time.Since(began).Round(time.Millisecond), err)
 	// A URL without /api fails before anything starts.
-	_, err = New(feature, WithServer(u.URL(), "throttlekit-test"), WithClientOptions(auth))
+	_, err = New(feature, WithServer(u.URL(), "throttlekit-test"), auth)
 	assert.ErrorIs(t, err, driver.ErrInvalidOption)
 
 	src, err := New(feature, WithServer(u.APIURL(), "throttlekit-test"),
-		WithClientOptions(auth, unleash.WithRefreshInterval(100*time.Millisecond),
+		auth, WithClientOptions(unleash.WithRefreshInterval(100*time.Millisecond),
 			unleash.WithMetricsInterval(200*time.Millisecond), unleash.WithInstanceId("test-1")),
 		WithWaitForFirstFetch(10*time.Second), WithUsageMetrics())
 	require.NoError(t, err)
@@ -130,7 +132,7 @@ func TestRealUnleashServer(t *testing.T) {
 		return errors.Is(src.Ping(context.Background()), ErrNotReady)
 	})
 	assert.True(t, src.Split().Killed(), "the last split stays in force")
-	_, err = New(feature, WithServer(u.APIURL(), "throttlekit-test"), WithClientOptions(auth),
+	_, err = New(feature, WithServer(u.APIURL(), "throttlekit-test"), auth,
 		WithWaitForFirstFetch(2*time.Second))
 	assert.ErrorIs(t, err, ErrNotReady, "a stopped server fails New")
 	require.NoError(t, u.Start())

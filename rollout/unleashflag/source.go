@@ -123,6 +123,8 @@ type config struct {
 	httpClient *http.Client
 	wait       time.Duration
 	usage      bool
+	token      string
+	headers    http.Header
 }
 
 // WithServer names the Unleash server and this application: apiURL is the
@@ -134,6 +136,21 @@ type config struct {
 // These override unleash.WithUrl and unleash.WithAppName.
 func WithServer(apiURL, appName string) Option {
 	return func(c *config) { c.url, c.appName, c.serverSet = apiURL, appName, true }
+}
+
+// WithToken sets the client API token the Unleash server expects in the
+// Authorization header.
+func WithToken(token string) Option {
+	return func(c *config) { c.token = token }
+}
+
+// WithHeaders sets headers sent with every request to the Unleash server
+// (a proxy's, say); WithToken's Authorization wins over one given here.
+// The source gives its client a copy: the Unleash client writes into the
+// header map it is handed, so one map passed to two clients with
+// unleash.WithCustomHeaders is a data race, which these options avoid.
+func WithHeaders(h http.Header) Option {
+	return func(c *config) { c.headers = h.Clone() }
 }
 
 // WithHTTPClient sets the HTTP client the Unleash client uses (one with a
@@ -183,8 +200,9 @@ var (
 )
 
 // WithClientOptions passes options to the Unleash client, usually
-// unleash.WithRefreshInterval and the authorisation header
-// (unleash.WithCustomHeaders).
+// unleash.WithRefreshInterval. Give the token and headers with WithToken
+// and WithHeaders rather than unleash.WithCustomHeaders, whose map the
+// client writes into (a map shared between two sources is a data race).
 //
 // The source disables the client's metrics unless WithUsageMetrics is
 // given, since it never calls IsEnabled on its own and so has no usage to
@@ -252,6 +270,17 @@ func New(feature string, opts ...Option) (*Source, error) {
 		unleash.WithHttpClient(hc),
 		unleash.WithStorage(&toggleStorage{source: s}),
 		unleash.WithListener(listener{source: s}))
+	if cfg.token != "" || cfg.headers != nil {
+		// A map of this client's own, whatever the caller shares.
+		hdr := cfg.headers.Clone()
+		if hdr == nil {
+			hdr = http.Header{}
+		}
+		if cfg.token != "" {
+			hdr.Set("Authorization", cfg.token)
+		}
+		clientOpts = append(clientOpts, unleash.WithCustomHeaders(hdr))
+	}
 	if cfg.usage {
 		clientOpts = append(clientOpts, unleash.WithDisableMetrics(false))
 	}

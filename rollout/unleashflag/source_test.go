@@ -196,7 +196,9 @@ func TestUnleashRaiseMovesOnlyOldToNew(t *testing.T) {
 			stayedNew++
 		case o == 2 && n == 0:
 			stayedOld++
-		case o == 1 && n == 1:
+		case o == 1 && n == 2:
+			// Moved: the new backend was seeded with the unit spent on
+			// the old one, then spent the second.
 			movedUp++
 		default:
 			t.Fatalf("%q: old used %d, new used %d", id, o, n)

@@ -1,0 +1,167 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/throttlekit/throttlekit/throttler/driver"
+)
+
+// KeyLayoutV1 returns a backend that stores through b under the limit keys
+// of layout 1 (driver.KeyV1): an unnamed limit keyed by its notation, Max
+// included, and a GCRA limit by its capacity. It is the old side of a
+// key-layout upgrade (see UpgradeKeys), for a store that releases before
+// layout 2 wrote: b itself is unchanged, only the keys it is handed differ.
+// It forwards every optional interface b implements; one b missing gives an
+// error wrapping errors.ErrUnsupported, as the throttler's fallbacks expect.
+func KeyLayoutV1(b driver.Backend) driver.Backend {
+	return &v1Keys{next: b}
+}
+
+// v1Keys rewrites each request's policy into a copy whose limits carry
+// their layout-1 keys. The copies are made once per policy and kept, so a
+// store that caches work per *driver.Policy sees one stable pointer.
+type v1Keys struct {
+	next     driver.Backend
+	policies sync.Map // *driver.Policy -> *driver.Policy
+}
+
+func (v *v1Keys) policy(p *driver.Policy) *driver.Policy {
+	if !p.Valid() {
+		return p
+	}
+	if old, ok := v.policies.Load(p); ok {
+		return old.(*driver.Policy)
+	}
+	cp := *p
+	cp.Limits = append([]driver.Limit(nil), p.Limits...)
+	for i := range cp.Limits {
+		cp.Limits[i].Key = driver.KeyV1(&cp.Limits[i])
+	}
+	old, _ := v.policies.LoadOrStore(p, &cp)
+	return old.(*driver.Policy)
+}
+
+func (v *v1Keys) rewrite(req driver.Request) driver.Request {
+	req.Policy = v.policy(req.Policy)
+	return req
+}
+
+func unsupported(what string) error {
+	return fmt.Errorf("%w: the layout-1 backend cannot %s", errors.ErrUnsupported, what)
+}
+
+// Decide implements driver.Backend.
+func (v *v1Keys) Decide(ctx context.Context, req driver.Request) (driver.Outcome, error) {
+	return v.next.Decide(ctx, v.rewrite(req))
+}
+
+// Peek implements driver.Peeker, through Decide with cost 0 when the store
+// has no Peek.
+func (v *v1Keys) Peek(ctx context.Context, req driver.Request) (driver.Outcome, error) {
+	req = v.rewrite(req)
+	if pk, ok := v.next.(driver.Peeker); ok {
+		return pk.Peek(ctx, req)
+	}
+	req.Cost = 0
+	return v.next.Decide(ctx, req)
+}
+
+// Refund implements driver.Refunder.
+func (v *v1Keys) Refund(ctx context.Context, req driver.Request) (driver.Outcome, error) {
+	rf, ok := v.next.(driver.Refunder)
+	if !ok {
+		return driver.Outcome{}, unsupported("refund")
+	}
+	return rf.Refund(ctx, v.rewrite(req))
+}
+
+// Take implements driver.Taker.
+func (v *v1Keys) Take(ctx context.Context, req driver.Request) (driver.Outcome, error) {
+	return driver.TakeWith(ctx, v.next, v.rewrite(req))
+}
+
+// Seed implements driver.Seeder.
+func (v *v1Keys) Seed(ctx context.Context, req driver.Request, given []driver.State) (driver.Outcome, error) {
+	sd, ok := v.next.(driver.Seeder)
+	if !ok {
+		return driver.Outcome{}, unsupported("take states")
+	}
+	return sd.Seed(ctx, v.rewrite(req), given)
+}
+
+// Reset implements driver.Resetter.
+func (v *v1Keys) Reset(ctx context.Context, p *driver.Policy, identifier string) error {
+	rs, ok := v.next.(driver.Resetter)
+	if !ok {
+		return unsupported("reset")
+	}
+	return rs.Reset(ctx, v.policy(p), identifier)
+}
+
+// Ping implements driver.Pinger.
+func (v *v1Keys) Ping(ctx context.Context) error {
+	if pg, ok := v.next.(driver.Pinger); ok {
+		return pg.Ping(ctx)
+	}
+	return nil
+}
+
+// Nonblocking implements driver.Nonblocking.
+func (v *v1Keys) Nonblocking() bool {
+	nb, ok := v.next.(driver.Nonblocking)
+	return ok && nb.Nonblocking()
+}
+
+// UpgradeKeys returns the backend a deployment uses while it moves from the
+// limit keys of layout 1 to those of layout 2 in one store b: a split-mode
+// rollout at 100 % from KeyLayoutV1(b) to b, with seeding, so that every
+// identifier's first decision within its policy's horizon reads its
+// layout-1 state and carries it into its layout-2 keys in the same step.
+// No open window restarts and no quota is granted twice. Once every
+// process has run it for the longest horizon of its policies (the longest
+// window, twice that for a sliding window), the layout-1 keys hold nothing
+// that counts and b can be used alone. opts are rollout options (say
+// WithSeedMemory); the mode and source are set here. Reset forgets both
+// layouts' state. b is closed with the returned Backend's Close.
+func UpgradeKeys(b driver.Backend, opts ...Option) (*Backend, error) {
+	if b == nil {
+		return nil, fmt.Errorf("%w: nil backend", driver.ErrInvalidOption)
+	}
+	all, err := NewStaticSource(100, WithStaticGroupID("throttlekit-key-layout"))
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, WithMode(SplitMode), WithSeeding(true))
+	return New(KeyLayoutV1(&unclosable{b}), b, all, opts...)
+}
+
+// unclosable hides Close from the old side of UpgradeKeys, so that the
+// one store behind both sides is closed once.
+type unclosable struct{ driver.Backend }
+
+// Peek implements driver.Peeker for the old side of UpgradeKeys.
+func (u *unclosable) Peek(ctx context.Context, req driver.Request) (driver.Outcome, error) {
+	if pk, ok := u.Backend.(driver.Peeker); ok {
+		return pk.Peek(ctx, req)
+	}
+	req.Cost = 0
+	return u.Backend.Decide(ctx, req)
+}
+
+// Reset implements driver.Resetter for the old side of UpgradeKeys.
+func (u *unclosable) Reset(ctx context.Context, p *driver.Policy, identifier string) error {
+	if rs, ok := u.Backend.(driver.Resetter); ok {
+		return rs.Reset(ctx, p, identifier)
+	}
+	return unsupported("reset")
+}
+
+// Nonblocking implements driver.Nonblocking for the old side of
+// UpgradeKeys.
+func (u *unclosable) Nonblocking() bool {
+	nb, ok := u.Backend.(driver.Nonblocking)
+	return ok && nb.Nonblocking()
+}
