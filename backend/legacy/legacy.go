@@ -1,0 +1,312 @@
+package legacybackend
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/throttlekit/throttlekit/throttler/driver"
+)
+
+// ResetSuffix ends the name of a memcached counter's reset key: the
+// counter "rl:42" has its window end under "rl:42:reset_at".
+const ResetSuffix = ":reset_at"
+
+// MaxKeyLen is the longest key memcached accepts, in bytes. A counter key
+// must leave room for ResetSuffix within it.
+const MaxKeyLen = 250
+
+// maxDefaultKeyLen is the longest counter key DefaultKey returns, so that
+// the reset key fits in MaxKeyLen.
+const maxDefaultKeyLen = MaxKeyLen - len(ResetSuffix)
+
+// KeyFunc returns the key under which the hand-written limiter counts
+// policy's requests for identifier: the key its code raises with INCR.
+// It receives the policy's name and the identifier exactly as the
+// throttler does, unescaped. An empty key means that the legacy limiter
+// keeps no counter for this pair: the backend then reports nothing,
+// without a round trip.
+type KeyFunc func(policy, identifier string) string
+
+// DefaultKey is the KeyFunc used unless WithKeyFunc says otherwise:
+// "<policy>:<identifier>", each part escaped with driver.EscapeKey, so
+// the key holds no space, control byte or colon of its own and distinct
+// pairs never share one. A key longer than 241 bytes (MaxKeyLen less
+// ResetSuffix) is replaced by "#" and the hex SHA-256 of the escaped form;
+// '#' never appears in an escaped part, so a hashed key never equals a
+// plain one.
+func DefaultKey(policy, identifier string) string {
+	k := driver.EscapeKey(policy) + ":" + driver.EscapeKey(identifier)
+	if len(k) <= maxDefaultKeyLen {
+		return k
+	}
+	sum := sha256.Sum256([]byte(k))
+	return "#" + hex.EncodeToString(sum[:])
+}
+
+// Matcher reports whether limit l of policy p is the one the legacy
+// counter stands for. The backends ask it about the policy's FixedWindow
+// limits in order and give the legacy window to the first one it accepts;
+// limits of other algorithms are never asked, since their states mean
+// something else than a count and a window end.
+type Matcher func(p *driver.Policy, l *driver.Limit) bool
+
+// MatchWindow returns the Matcher that accepts every FixedWindow limit of
+// the given window, whatever its policy; a window of 0 accepts every
+// FixedWindow limit. It is the default: NewMemcached's with its window,
+// NewRedis's with WithWindow's (0 unless set).
+func MatchWindow(window time.Duration) Matcher {
+	return func(_ *driver.Policy, l *driver.Limit) bool {
+		return l.Algorithm == driver.FixedWindow && (window == 0 || l.Window == window)
+	}
+}
+
+// Option configures a Memcached or a Redis. An option that does not apply
+// to the backend it is given to makes its constructor fail with
+// driver.ErrInvalidOption.
+type Option func(*options)
+
+// options holds what the options set; set records which ones were given,
+// so that a constructor can refuse those that do not apply to it.
+type options struct {
+	key         KeyFunc
+	match       Matcher
+	resetMillis bool
+	window      time.Duration
+	noTTL       time.Duration
+	set         map[string]bool
+}
+
+func (o *options) mark(name string) {
+	if o.set == nil {
+		o.set = make(map[string]bool)
+	}
+	o.set[name] = true
+}
+
+// WithKeyFunc sets the function that names the legacy counter of a
+// (policy, identifier) pair: DefaultKey unless set. Give it the naming
+// the hand-written limiter uses, or nothing will ever be found.
+func WithKeyFunc(f KeyFunc) Option {
+	return func(o *options) { o.key = f; o.mark("WithKeyFunc") }
+}
+
+// WithMatcher sets which FixedWindow limit of a policy receives the legacy
+// window: the first one m accepts. The default is MatchWindow of the
+// legacy window. Pair the counter with a limit of the legacy window's
+// length: the window is reported as the legacy store holds it, however
+// long that limit's own window is.
+func WithMatcher(m Matcher) Option {
+	return func(o *options) { o.match = m; o.mark("WithMatcher") }
+}
+
+// WithResetMillis reads the memcached reset key as Unix milliseconds
+// instead of Unix seconds. NewMemcached only.
+func WithResetMillis() Option {
+	return func(o *options) { o.resetMillis = true; o.mark("WithResetMillis") }
+}
+
+// WithWindow sets the window the legacy Redis code gives its counters
+// with EXPIRE, so that the default matcher picks the FixedWindow limit of
+// that window (MatchWindow(d)). Without it the first FixedWindow limit of
+// each policy is picked, which is right for policies with one. It must be
+// MinWindow to MaxWindow, in whole milliseconds. NewRedis only: memcached
+// takes its window as an argument.
+func WithWindow(d time.Duration) Option {
+	return func(o *options) { o.window = d; o.mark("WithWindow") }
+}
+
+// WithNoTTLWindow reads a Redis counter that has no TTL (legacy code whose
+// EXPIRE never ran, say after a crash between INCR and EXPIRE) as a window
+// ending d after the request's now, instead of as absent. The legacy code
+// would count such a key forever; this bounds what the new store takes
+// from it to one window. d must be MinWindow to MaxWindow, in whole
+// milliseconds. NewRedis only.
+func WithNoTTLWindow(d time.Duration) Option {
+	return func(o *options) { o.noTTL = d; o.mark("WithNoTTLWindow") }
+}
+
+// buildOptions applies opts over the defaults and refuses those named in
+// notFor, which do not apply to the calling constructor.
+func buildOptions(backend string, opts []Option, notFor ...string) (options, error) {
+	o := options{key: DefaultKey}
+	for _, opt := range opts {
+		if opt == nil {
+			return options{}, fmt.Errorf("%w: legacybackend: nil option", driver.ErrInvalidOption)
+		}
+		opt(&o)
+	}
+	for _, name := range notFor {
+		if o.set[name] {
+			return options{}, fmt.Errorf("%w: legacybackend: %s does not apply to %s", driver.ErrInvalidOption, name, backend)
+		}
+	}
+	switch {
+	case o.key == nil:
+		return options{}, fmt.Errorf("%w: legacybackend: nil key function", driver.ErrInvalidOption)
+	case o.set["WithMatcher"] && o.match == nil:
+		return options{}, fmt.Errorf("%w: legacybackend: nil matcher", driver.ErrInvalidOption)
+	}
+	if o.set["WithWindow"] {
+		if err := checkWindow("WithWindow", o.window); err != nil {
+			return options{}, err
+		}
+	}
+	if o.set["WithNoTTLWindow"] {
+		if err := checkWindow("WithNoTTLWindow", o.noTTL); err != nil {
+			return options{}, err
+		}
+	}
+	return o, nil
+}
+
+// checkWindow refuses a window no limit could have.
+func checkWindow(what string, d time.Duration) error {
+	if d < driver.MinWindow || d > driver.MaxWindow || d%time.Millisecond != 0 {
+		return fmt.Errorf("%w: legacybackend: %s %v: must be %v to %v in whole milliseconds", driver.ErrInvalidOption, what, d, driver.MinWindow, driver.MaxWindow)
+	}
+	return nil
+}
+
+// Stats are a backend's counters since it was built.
+type Stats struct {
+	// Reads counts round trips to the legacy store.
+	Reads uint64
+	// Found counts reads that returned a legacy window in force. When it
+	// stops growing for a horizon, no new decision needs the legacy store
+	// any more.
+	Found uint64
+	// Malformed counts reads that failed with driver.ErrBadReply.
+	Malformed uint64
+}
+
+// counters holds the Stats of one backend.
+type counters struct {
+	reads, found, malformed atomic.Uint64
+}
+
+func (c *counters) snapshot() Stats {
+	return Stats{Reads: c.reads.Load(), Found: c.found.Load(), Malformed: c.malformed.Load()}
+}
+
+// reader is what the two backends share: which limit the legacy counter
+// stands for, its key, and the shape of an answer.
+type reader struct {
+	name  string // "memcached" or "redis", for errors
+	key   KeyFunc
+	match Matcher
+	stats counters
+}
+
+// target returns the index of the limit of p that receives the legacy
+// window and the counter key, or -1 when nothing needs to be read.
+func (r *reader) target(p *driver.Policy, identifier string) (int, string) {
+	for i := range p.Limits {
+		l := &p.Limits[i]
+		if l.Algorithm == driver.FixedWindow && r.match(p, l) {
+			key := r.key(p.Name, identifier)
+			if key == "" {
+				return -1, ""
+			}
+			return i, key
+		}
+	}
+	return -1, ""
+}
+
+// check refuses a call that cannot be answered before any round trip.
+func (r *reader) check(ctx context.Context, req driver.Request) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !req.Policy.Valid() {
+		return fmt.Errorf("%w: legacybackend: request without a policy built by NewPolicy", driver.ErrInvalidPolicy)
+	}
+	return nil
+}
+
+// refuse is Decide's answer to a request that would spend units.
+func (r *reader) refuse(req driver.Request) error {
+	return fmt.Errorf("%w: legacybackend: read-only legacy store (%s): cannot decide a cost of %d; route no identifier to it, only peek",
+		errors.ErrUnsupported, r.name, req.Cost)
+}
+
+// outcome returns the answer to a peek: the zero State for every limit
+// but limit i, which holds s.
+func (r *reader) outcome(req driver.Request, i int, s driver.State) driver.Outcome {
+	states := req.States()[:len(req.Policy.Limits)]
+	clear(states)
+	if i >= 0 && s != (driver.State{}) {
+		states[i] = s
+		r.stats.found.Add(1)
+	}
+	return driver.Outcome{Allowed: driver.Decide(req.Policy, req.Now, 0, states), States: states}
+}
+
+// window returns the state of a legacy window holding count units and
+// ending at endMs (Unix milliseconds), as it counts at nowMs: the zero
+// State when the count is 0 or less or the window has ended. A count
+// above driver.MaxQuota, which denies as any count at or above Max does,
+// is reported as MaxQuota so that every store can hold it exactly.
+func window(count, endMs, nowMs int64) driver.State {
+	if count <= 0 || endMs <= nowMs {
+		return driver.State{}
+	}
+	return driver.State{Used: min(count, driver.MaxQuota), End: endMs}
+}
+
+// parseCount reads a legacy counter: a decimal integer, possibly padded
+// with spaces (memcached pads a value that decr shortened). A count beyond
+// the int64 range is clamped to it, which window then caps or drops.
+func parseCount(raw string) (int64, bool) {
+	n, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 64)
+	if err != nil {
+		var ne *strconv.NumError
+		return n, errors.As(err, &ne) && ne.Err == strconv.ErrRange
+	}
+	return n, true
+}
+
+// badReply counts and returns an error wrapping driver.ErrBadReply.
+func (r *reader) badReply(format string, args ...any) error {
+	r.stats.malformed.Add(1)
+	return fmt.Errorf("%w: legacybackend: %s: %s", driver.ErrBadReply, r.name, fmt.Sprintf(format, args...))
+}
+
+// await runs f and returns no later than ctx is done. Neither client can
+// be interrupted mid-command (gomemcache takes no context; go-redis
+// watches deadlines, not cancellation, while a command is on the wire), so
+// when ctx can end f runs on a goroutine of its own, which finishes by the
+// client's own timeouts once await has returned ctx's error.
+func await[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	if ctx.Done() == nil {
+		return f()
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := f()
+		done <- result{v, err}
+	}()
+	select {
+	case res := <-done:
+		if res.err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(res.err, ctxErr) {
+				return res.v, fmt.Errorf("%w: %w", ctxErr, res.err)
+			}
+		}
+		return res.v, res.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}
