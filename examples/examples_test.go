@@ -74,6 +74,11 @@ var examples = []example{
 		"user:1 now on the new store: allowed=true remaining=1",
 		"user:4 now on the new store: allowed=true remaining=1",
 	}},
+	{dir: "legacy-migration", env: legacyEnv, want: []string{
+		"clients: 44, carried over from the legacy counters: 44",
+		"requests granted after the deploy: 210",
+		"window restarts: 0, double grants: 0",
+	}},
 	{dir: "rollout-unleash", env: unleashEnv, want: []string{
 		"rollout: 100%", "user:1 served by the new store: allowed=true remaining=2",
 	}},
@@ -110,6 +115,10 @@ func groupsEnv(t *testing.T) []string {
 
 func rolloutEnv(t *testing.T) []string {
 	return append(memcachedEnv(t), redisEnv(t)...)
+}
+
+func legacyEnv(t *testing.T) []string {
+	return append(memcachedEnv(t), groupsEnv(t)...)
 }
 
 // unleashEnv serves the toggle the example follows at 100%, the way an

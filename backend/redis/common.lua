@@ -1,12 +1,12 @@
--- common.lua holds what decide.lua, decide_many.lua, peek.lua, refund.lua and
--- take.lua share: the helpers of throttler/driver/algorithm.go and policy.go,
+-- common.lua holds what decide.lua, decide_many.lua, peek.lua, refund.lua,
+-- take.lua and seed.lua share: the helpers of throttler/driver/algorithm.go and policy.go,
 -- each named after the Go function it mirrors line for line, and the reading
 -- and writing of states.
 -- redis.go splices it into each script right after the script's first line,
 -- its shebang, so every script Redis runs is whole in itself.
 --
 -- ARGV     now_ms, now_us, cost, grace_ms, then five per limit:
---          algorithm (0 fixed, 1 aligned, 2 gcra), max, window_ms, and the
+--          algorithm (0 fixed, 1 aligned, 2 gcra, 3 sliding), max, window_ms, and the
 --          limit's capacity and emission interval in µs, which Go computes
 --          once per policy (driver.Limit.Capacity and EmissionMicros)
 -- KEYS[i]  limit i's state: a string "used:end" of two decimal integers (End

@@ -100,7 +100,9 @@
 // Each limit of a policy has one key per identifier:
 //
 //	<prefix>{<escaped identifier>}:<policy key>:<limit key>
-//	throttlekit:{user%3A42}:api:5000%2Fh:fixed:3600000
+//	throttlekit:{user%3A42}:api::fixed:3600000          5000/h, unnamed
+//	throttlekit:{user%3A42}:api:hourly:fixed:3600000    5000/h named "hourly"
+//	throttlekit:{user%3A42}:api::gcra:1000:20           10/s GCRA, burst 20
 //
 // The prefix is DefaultPrefix unless WithPrefix says otherwise, and holds no
 // brace. The identifier is escaped with driver.EscapeKey, whose output
@@ -109,19 +111,29 @@
 // cluster slot, whatever bytes it holds, and no identifier can move its keys
 // to another slot with braces of its own. Escaping is injective, so distinct
 // identifiers never share a key. The policy key and the limit key are the
-// compiled driver.Policy's Key and driver.Limit's Key: the limit's name,
-// algorithm and window (and GCRA capacity), so two limits never share a
-// counter and raising a fixed window's Max keeps its count.
+// compiled driver.Policy's Key and driver.Limit's Key (key layout 2): the
+// limit's name when it was given one (empty otherwise, hence the "::"), its
+// algorithm and window in milliseconds, and a GCRA burst set explicitly.
+// Max is never part of it, so raising or lowering Max keeps the open window
+// for every algorithm, named or not, and two limits of a policy never share
+// a counter (NewPolicy refuses two limits with the same key). Keys written
+// before this layout (version 1, driver.KeyV1) held an unnamed limit's
+// notation, Max included, and a GCRA limit's capacity; rollout.KeyLayoutV1
+// and rollout.UpgradeKeys read them there and carry their windows to the
+// new keys with Seed (see Seeding).
 //
 // A key holds the string "used:end": for fixed windows the units used and
 // the window's end in Unix milliseconds, for GCRA 0 and the theoretical
-// arrival time in Unix microseconds. A key of another type, or a string in
-// another format, is reported as ErrForeignValue and changes nothing.
+// arrival time in Unix microseconds; a sliding window's key holds
+// "used:end:prev", prev being the count of the window before the one ending
+// at end. A key of another type, or a string in another format, is reported
+// as ErrForeignValue and changes nothing.
 //
 // # Scripts
 //
-// There is one script per operation: decide.lua, peek.lua and refund.lua,
-// embedded in the binary, each with the helpers they share (common.lua)
+// There is one script per operation: decide.lua, peek.lua, refund.lua,
+// take.lua and seed.lua, embedded in the binary, each with the helpers they
+// share (common.lua)
 // spliced in after its shebang line (and acquire.lua and release.lua for
 // leases, which need none of them: see Concurrency leases). Each gets every key of the policy in KEYS, and in
 // ARGV the throttler's now (in milliseconds and microseconds), the cost, the
@@ -130,8 +142,8 @@
 // throttler computes every figure of the result from those with
 // driver.Evaluate.
 //
-// decide.lua and refund.lua mirror driver.Decide and driver.Refund
-// line for line, as the helpers in common.lua mirror the functions they
+// decide.lua, refund.lua, take.lua and seed.lua mirror driver.Decide,
+// driver.Refund, driver.Take and driver.Seed line for line, as the helpers in common.lua mirror the functions they
 // call, with the same names and order and comments naming each Go function;
 // a test runs both on the same random sequences and requires identical
 // states and verdicts. Every read and
@@ -157,6 +169,36 @@
 // Scripts are run with EVALSHA, falling back to EVAL in the same call when
 // the server answers NOSCRIPT, so a decision survives SCRIPT FLUSH, a
 // restart and a failover to a server that never saw the script.
+//
+// # Seeding
+//
+// The backend implements driver.Seeder, by which a rollout carries an
+// identifier's windows from another store (mirror and split modes, a
+// key-layout upgrade, a hand-written limiter's counters). Seed runs
+// seed.lua, one EVALSHA on the identifier's keys: it merges the given
+// states into the stored ones as driver.Merge does (a given state that
+// counts nothing at now is ignored, one the store lacks is taken as it is,
+// and when both count the newer wins: for one fixed window the larger
+// count, a different open window the given one, the later GCRA TAT, the
+// later sliding window), then decides the request's cost on the merged
+// states as driver.Decide does (cost 0: the merge alone), all in one atomic
+// step. The reply carries the verdict, the states after the step
+// (Outcome.States) and the states read before it (Outcome.Prior). When a
+// state changed, the changed keys and every other stored key of the policy
+// are written with the policy's one TTL, as decide.lua sets it; a seed that
+// changes nothing writes nothing. TestSeedScriptMirrorsGo runs seed.lua and
+// driver.Seed on the same random states and sequences, for every algorithm,
+// and requires identical verdicts, states after, prior states and stored
+// states.
+//
+// The given states are checked before any round trip: one per limit, no
+// negative field (driver.CheckGiven), and no field above 2^53 - 1, which a
+// script could not hold exactly; anything else is driver.ErrInvalidState.
+// A key holding a foreign value is ErrForeignValue, as for a decision, and
+// nothing is written. A seed is one script call on the identifier's slot, so
+// it works on a standalone server, through Sentinel and on a Cluster, and
+// through WithBatching's pipelines (on its own call, never in
+// decide_many.lua).
 //
 // # Concurrency leases
 //

@@ -42,3 +42,6 @@ func (b *Backend) DecideMany(ctx context.Context, reqs []driver.Request) ([]driv
 	}
 	return outs, errs, nil
 }
+
+// ParseSeedReply exposes parseSeedReply to the external tests.
+var ParseSeedReply = parseSeedReply

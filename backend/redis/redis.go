@@ -51,6 +51,11 @@ const DefaultExpiryGrace = 30 * time.Second
 // 10 * driver.MaxWindow after the latest now.
 const maxExactMicros = 1<<53 - int64(10*driver.MaxWindow/time.Microsecond)
 
+// maxExact is the largest integer a Lua number holds exactly, and the
+// largest field the scripts read from a stored state (MAX_EXACT in
+// common.lua).
+const maxExact = 1<<53 - 1
+
 // foreignValueReply starts the error reply of a script that found a value it
 // did not write.
 const foreignValueReply = "THROTTLEKIT_FOREIGN_VALUE"
@@ -72,6 +77,8 @@ var (
 	refundSource string
 	//go:embed take.lua
 	takeSource string
+	//go:embed seed.lua
+	seedSource string
 	//go:embed acquire.lua
 	acquireSource string
 	//go:embed release.lua
@@ -84,6 +91,7 @@ var (
 	peekScript       = goredis.NewScript(withCommon(peekSource))
 	refundScript     = goredis.NewScript(withCommon(refundSource))
 	takeScript       = goredis.NewScript(withCommon(takeSource))
+	seedScript       = goredis.NewScript(withCommon(seedSource))
 	// The lease scripts use none of common.lua.
 	acquireScript = goredis.NewScript(acquireSource)
 	releaseScript = goredis.NewScript(releaseSource)
@@ -117,6 +125,7 @@ var (
 	_ driver.Pinger   = (*Backend)(nil)
 	_ driver.Taker    = (*Backend)(nil)
 	_ driver.Leaser   = (*Backend)(nil)
+	_ driver.Seeder   = (*Backend)(nil)
 
 	_ Client = (*goredis.Client)(nil)
 	_ Client = (*goredis.ClusterClient)(nil)
@@ -449,6 +458,38 @@ func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Outcome,
 	return b.runScript(ctx, b.client, takeScript, false, req)
 }
 
+// Seed implements driver.Seeder with one call of seed.lua: the merge of
+// given into the stored states (driver.Merge) and the decision of req.Cost
+// on the result (driver.Decide) run in one script, so no other call falls
+// between them. The states after the step are in Outcome.States and the
+// states read before it in Outcome.Prior. given is checked before any round
+// trip: driver.CheckGiven's rules, and no field above 2^53 - 1, which the
+// script could not hold exactly (driver.ErrInvalidState).
+func (b *Backend) Seed(ctx context.Context, req driver.Request, given []driver.State) (driver.Outcome, error) {
+	if err := b.ready(); err != nil {
+		return driver.Outcome{}, err
+	}
+	if err := checkRequest(req); err != nil {
+		return driver.Outcome{}, err
+	}
+	if err := driver.CheckGiven(req.Policy, given); err != nil {
+		return driver.Outcome{}, err
+	}
+	args := b.scriptArgs(req)
+	for i, s := range given {
+		if s.Used > maxExact || s.End > maxExact || s.Prev > maxExact {
+			return driver.Outcome{}, fmt.Errorf("%w: limit %q: %+v holds a field above 2^53 - 1", driver.ErrInvalidState, req.Policy.Limits[i].Name, s)
+		}
+		args = append(args, s.Used, s.End, s.Prev)
+	}
+	keys := b.Keys(req.Policy, req.Identifier)
+	reply, err := b.eval(ctx, b.client, seedScript, false, keys, args)
+	if err != nil {
+		return driver.Outcome{}, err
+	}
+	return parseSeedReply(reply, len(keys))
+}
+
 // Reset implements driver.Resetter: it deletes every key of the
 // identifier's policy with one DEL (the keys share a slot).
 func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string) error {
@@ -498,11 +539,8 @@ func ping(ctx context.Context, c conn) error {
 
 // runScript runs one of the scripts for req and reads its reply.
 func (b *Backend) runScript(ctx context.Context, c conn, script *goredis.Script, readOnly bool, req driver.Request) (driver.Outcome, error) {
-	if err := checkInput(req.Policy, req.Identifier, req.Cost); err != nil {
+	if err := checkRequest(req); err != nil {
 		return driver.Outcome{}, err
-	}
-	if us := req.Now.UnixMicro(); us > maxExactMicros || us < -maxExactMicros {
-		return driver.Outcome{}, fmt.Errorf("%w: %v", driver.ErrInvalidOption, req.Now)
 	}
 	keys := b.Keys(req.Policy, req.Identifier)
 	reply, err := b.eval(ctx, c, script, readOnly, keys, b.scriptArgs(req))
@@ -613,6 +651,18 @@ func (b *Backend) limitArgs(p *driver.Policy) []any {
 // argsCacheMax bounds the policies whose script arguments a Backend keeps.
 const argsCacheMax = 4096
 
+// checkRequest checks req as every script call needs it: checkInput, and a
+// now whose microseconds the scripts hold exactly.
+func checkRequest(req driver.Request) error {
+	if err := checkInput(req.Policy, req.Identifier, req.Cost); err != nil {
+		return err
+	}
+	if us := req.Now.UnixMicro(); us > maxExactMicros || us < -maxExactMicros {
+		return fmt.Errorf("%w: %v", driver.ErrInvalidOption, req.Now)
+	}
+	return nil
+}
+
 // checkInput repeats the throttler's checks for callers that use the
 // backend directly, so that no input reaches Redis malformed.
 func checkInput(p *driver.Policy, identifier string, cost int64) error {
@@ -716,6 +766,36 @@ func parseReply(reply any, n int, take bool) (driver.Outcome, error) {
 	}
 	for i := range out.States {
 		out.States[i] = driver.State{Used: ints[1+3*i], End: ints[2+3*i], Prev: ints[3+3*i]}
+	}
+	return out, nil
+}
+
+// parseSeedReply reads seed.lua's reply, {allowed, used_1, end_1, prev_1,
+// ..., then the same for the states held before}, for a policy of n
+// limits. Anything else is ErrUnexpectedReply, never a panic.
+func parseSeedReply(reply any, n int) (driver.Outcome, error) {
+	items, ok := reply.([]any)
+	if !ok {
+		return driver.Outcome{}, fmt.Errorf("%w: %T, want an array", ErrUnexpectedReply, reply)
+	}
+	if len(items) != 1+6*n {
+		return driver.Outcome{}, fmt.Errorf("%w: %d elements, want %d", ErrUnexpectedReply, len(items), 1+6*n)
+	}
+	out, err := parseReply(items[:1+3*n], n, false)
+	if err != nil {
+		return driver.Outcome{}, err
+	}
+	out.Prior = make([]driver.State, n)
+	for i := range out.Prior {
+		var fields [3]int64
+		for j := range fields {
+			v, ok := items[1+3*n+3*i+j].(int64)
+			if !ok {
+				return driver.Outcome{}, fmt.Errorf("%w: element %d is %T, want an integer", ErrUnexpectedReply, 1+3*n+3*i+j, items[1+3*n+3*i+j])
+			}
+			fields[j] = v
+		}
+		out.Prior[i] = driver.State{Used: fields[0], End: fields[1], Prev: fields[2]}
 	}
 	return out, nil
 }

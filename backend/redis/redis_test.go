@@ -84,11 +84,22 @@ func TestKeysLayout(t *testing.T) {
 	require.NoError(t, err)
 	b := mustBackend(t, c, redisbackend.WithPrefix("app:"))
 	assert.Equal(t, []string{
-		"app:{user%3A42%7B%7D}:api%20v2:10%2Fs:fixed:1000",
+		"app:{user%3A42%7B%7D}:api%20v2::fixed:1000",
 		"app:{user%3A42%7B%7D}:api%20v2:hourly:fixed:3600000",
 		"app:{user%3A42%7B%7D}:api%20v2:smooth:gcra:60000:20",
 	}, b.Keys(testkit.Compile(t, p), "user:42{}"))
-	assert.Equal(t, "throttlekit:{a}:p:1%2Fs:fixed:1000", mustBackend(t, c).Keys(testkit.Compiled(t, "p", "1/s"), "a")[0])
+	assert.Equal(t, "throttlekit:{a}:p::fixed:1000", mustBackend(t, c).Keys(testkit.Compiled(t, "p", "1/s"), "a")[0])
+	// An unnamed limit's key holds neither its Max nor a GCRA burst that
+	// follows Max, so raising Max keeps the key; a burst set explicitly is
+	// part of the key.
+	assert.Equal(t, []string{
+		"throttlekit:{a}:p::fixed:1000",
+		"throttlekit:{a}:p::sliding:60000",
+		"throttlekit:{a}:p::gcra:3600000",
+		"throttlekit:{a}:p::gcra:1000:7",
+	}, mustBackend(t, c).Keys(testkit.Compiled(t, "p", "5/s, 9/min sliding, 100/h gcra, 3/s gcra burst=7"), "a"))
+	assert.Equal(t, mustBackend(t, c).Keys(testkit.Compiled(t, "p", "5/s, 100/h gcra"), "a"),
+		mustBackend(t, c).Keys(testkit.Compiled(t, "p", "50/s, 200/h gcra"), "a"))
 }
 
 // Only clients known to end a command at its context's deadline run

@@ -103,20 +103,24 @@
 // their keys expire (the window's end plus the expiry grace).
 // Identifiers that stay keep counting.
 //
-// Where that matters, move with the rollout package's mirror mode:
+// Where that matters, move with the rollout package, which carries each
+// identifier's state to its new shard (driver.Seeder):
 //
-//  1. Build the new layout with a key prefix of its own
-//     (redisgroups.WithBackendOptions(redisbackend.WithPrefix("app-v2:"))). Sharing the old
-//     prefix would make the mirror count twice every identifier that the
-//     two layouts place on the same server.
+//  1. Build the new layout, preferably with a key prefix of its own
+//     (redisgroups.WithBackendOptions(redisbackend.WithPrefix("app-v2:"))),
+//     so that retiring the old layout is deleting a prefix. A shared prefix
+//     is harmless: where both layouts place an identifier on one server,
+//     the carried state is the state already there.
 //  2. Serve from rollout.New(oldLayout, newLayout, source,
 //     rollout.WithMode(rollout.MirrorMode)) with the source at 0 percent:
-//     every decision is made on the old layout and every unit it allows is
-//     recorded on the new one too.
-//  3. After the longest window of any policy has passed, every open window
-//     is complete on the new layout: set the source to 100 percent, then
-//     serve from the new layout alone. No identifier's window resets and
-//     none gets its quota twice.
+//     every decision is made on the old layout, and the new one is written
+//     the same windows after each, from the first on. Then raise the
+//     source to 100 percent; every move keeps its window. (Split mode, the
+//     rollout's default, also keeps them, reading the old layout once per
+//     moved identifier.)
+//  3. At 100 percent, after the longest window of any policy, serve from
+//     the new layout alone. No identifier's window resets and none gets its
+//     quota twice.
 //
 // The tests TestReshardingStartsMovedIdentifiersAfresh and
 // TestMirrorModeCarriesWindowsAcrossReshard (backend/redis/groups) show

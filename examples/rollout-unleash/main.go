@@ -10,12 +10,10 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"net/http"
 	"os"
 	"strings"
 	"time"
 
-	"github.com/Unleash/unleash-client-go/v4"
 	"github.com/redis/go-redis/v9"
 
 	memcachedbackend "github.com/throttlekit/throttlekit/backend/memcached"
@@ -31,8 +29,7 @@ func main() {
 	// looking unused in Unleash's UI.
 	flag, err := unleashflag.New(cmp.Or(os.Getenv("UNLEASH_FEATURE"), "ratelimit-redis"),
 		unleashflag.WithServer(cmp.Or(os.Getenv("UNLEASH_URL"), "http://127.0.0.1:4242/api/"), "my-api"),
-		unleashflag.WithClientOptions(
-			unleash.WithCustomHeaders(http.Header{"Authorization": {os.Getenv("UNLEASH_TOKEN")}})),
+		unleashflag.WithToken(os.Getenv("UNLEASH_TOKEN")),
 		unleashflag.WithWaitForFirstFetch(10*time.Second),
 		unleashflag.WithUsageMetrics())
 	if err != nil {
