@@ -59,7 +59,8 @@
 //	Retry-After            none                 RetryAfter, s, up      none            closed: 1 s (*)
 //	X-RateLimit-Degraded   none                 none                   none            1
 //
-// (*) throttler.WithDegradedRetryAfter sets it.
+// (*) A fail-closed denial asks the client to come back after 1 s, the
+// throttler's fixed RetryAfter for a decision the store did not make.
 //
 // X-RateLimit-Reset depends on the stored window end alone, so every
 // response within one fixed window carries the same value, from every
@@ -80,8 +81,8 @@
 // A degraded result is one the store did not decide: its counts were made
 // up by the failure mode, so the headers that report stored state are left
 // out and X-RateLimit-Degraded: 1 is added. Each family can be switched
-// off with WithHeaderOptions; throttler.Result.WriteHeaders computes them
-// for use outside this package.
+// off with WithHeaderOptions; WriteHeaders computes them for use outside
+// this middleware (a handler of your own, another router).
 //
 // # Denials
 //

@@ -29,7 +29,7 @@ const (
 	FailLocal
 )
 
-// String returns "open" or "closed".
+// String returns "open", "closed" or "local".
 func (m FailureMode) String() string {
 	switch m {
 	case FailOpen:

@@ -35,7 +35,7 @@ const (
 // UnleashDir returns the directory where the unleash-server package is
 // installed (its node_modules beside it): $THROTTLEKIT_UNLEASH_DIR, or
 // unleash-server-<version> under the user's cache directory
-// (~/.cache/throttlekit). scripts/install-servers.sh installs it there.
+// (~/.cache/throttlekit). scripts/install-unleash.sh (make unleash) installs it there.
 func UnleashDir() string {
 	if d := os.Getenv("THROTTLEKIT_UNLEASH_DIR"); d != "" {
 		return d
@@ -137,7 +137,7 @@ func StartUnleash() (*Unleash, error) {
 	}
 	modules := UnleashDir()
 	if _, err := os.Stat(filepath.Join(modules, "node_modules", "unleash-server", "package.json")); err != nil {
-		return nil, fmt.Errorf("%w: unleash-server %s in %s (run scripts/install-servers.sh)", ErrBinaryNotFound, UnleashServerVersion, modules)
+		return nil, fmt.Errorf("%w: unleash-server %s in %s (run scripts/install-unleash.sh)", ErrBinaryNotFound, UnleashServerVersion, modules)
 	}
 	pgBin, err := postgresBinDir()
 	if err != nil {
