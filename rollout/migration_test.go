@@ -360,3 +360,35 @@ func TestTwoProcessesDisagreeingOnTheSplit(t *testing.T) {
 	assert.Greater(t, most, 10, "the disagreement does over-admit: the bound is the one docs/SPEC.md states")
 	t.Logf("most allowed in one window while the processes disagreed: %d (Max 10)", most)
 }
+
+// TestSeedMemoryIsBounded: a process that meets many identifiers remembers
+// at most WithSeedMemory of them; one it forgot is only looked up again,
+// and its window is kept all the same.
+func TestSeedMemoryIsBounded(t *testing.T) {
+	clock := throttler.NewManualClock(t0)
+	policy := mustPolicy(t, "api", "3/min")
+	oldB, newB := memorybackend.New(), memorybackend.New()
+	src := mustStatic(t, 0)
+	rb := mustRollout(t, oldB, newB, src, WithSeedMemory(64))
+	th := testkit.Throttler(t, rb, throttler.WithClock(clock))
+	ctx := context.Background()
+	all := ids(2000)
+	for _, id := range all {
+		_, err := th.AllowN(ctx, policy, id, 2)
+		require.NoError(t, err)
+	}
+	require.NoError(t, src.Set(100))
+	for _, id := range all {
+		r, err := th.Allow(ctx, policy, id)
+		require.NoError(t, err)
+		require.True(t, r.Allowed)
+		require.EqualValues(t, 0, r.Remaining, "%s kept its window across the move", id)
+	}
+	assert.LessOrEqual(t, rb.seeds.len(), 64)
+	for _, id := range all[:100] {
+		r, err := th.Allow(ctx, policy, id)
+		require.NoError(t, err)
+		assert.False(t, r.Allowed, "%s: a forgotten identifier is looked up again, and denied", id)
+	}
+	assert.LessOrEqual(t, rb.seeds.len(), 64)
+}
