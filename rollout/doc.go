@@ -75,7 +75,10 @@
 // zero, which is how a dashboard shows the stores have converged. A
 // secondary that is no driver.Seeder gets the allowed units replayed with
 // an ordinary Decide instead (the behaviour before Seeder): what it cannot
-// hold is counted as a shortfall.
+// hold is counted as a shortfall. Mirror mode also seeds before deciding,
+// as split mode does, so that a rollout deployed at a percentage above 0,
+// before the new backend holds anything, keeps the windows of the
+// identifiers that backend serves first.
 //
 // ShadowMode decides on the serving backend, runs the same decision on the
 // other one, and compares the two evaluated outcomes limit by limit: the

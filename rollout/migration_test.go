@@ -225,6 +225,19 @@ func TestMigrationIsFaithful(t *testing.T) {
 	}
 }
 
+// TestMirrorDeployedAboveZero: mirror mode deployed straight at 50 %, before
+// the new store holds anything, still keeps every window: the first
+// decision for an identifier the new store serves reads the old store
+// first.
+func TestMirrorDeployedAboveZero(t *testing.T) {
+	m := migration{mode: MirrorMode, limits: "3/5s, 10/min", ids: 150, before: 70 * time.Second, after: 130 * time.Second,
+		steps: []step{{0, 50}, {37 * time.Second, 100}, {83 * time.Second, 0}}, seed: 50, parallel: 4}
+	rep, rb := m.run(t, memorybackend.New(), memorybackend.New(), time.Second)
+	t.Log(rep)
+	assert.Zero(t, rep.resetChanges+rep.remaining+rep.doubleGrants+rep.lostGrants, "%v; first: %s", rep, rep.first)
+	assert.NotZero(t, rb.Stats().Seeded)
+}
+
 // TestSplitWithoutSeedingRestartsWindows is the counterpart that shows the
 // scenario can fail: split mode without seeding restarts windows and grants
 // quotas twice.

@@ -97,12 +97,14 @@ func WithSecondaryErrorHandler(f func(error)) Option {
 	return func(b *Backend) { b.onSecondary = f }
 }
 
-// WithSeeding turns split mode's seeding on (the default) or off. With it,
-// an identifier that may have been served by the other backend within its
-// policy's horizon (the split changed lately, or this process started
-// lately) has its state read there and merged into its serving backend
-// before the decision, once per horizon: a move keeps its windows. Off, a
-// moved identifier starts afresh on its new backend. Seeding needs the
+// WithSeeding turns seeding on (the default) or off, in split and mirror
+// modes. With it, an identifier that may have been served by the other
+// backend within its policy's horizon (the split changed lately, or this
+// process started lately) has its state read there and merged into its
+// serving backend before the decision, once per horizon: a move keeps its
+// windows, and in mirror mode so does a deploy at a percentage above 0,
+// before the stores have converged. Off, a moved identifier starts afresh
+// on its new backend in split mode. Seeding needs the
 // serving backend to implement driver.Seeder; without it, decisions go on
 // unseeded and Stats counts them.
 func WithSeeding(on bool) Option { return func(b *Backend) { b.seeding = on } }
@@ -132,7 +134,7 @@ func New(oldBackend, newBackend driver.Backend, source FlagSource, opts ...Optio
 	case b.seedMemory < 1:
 		return nil, fmt.Errorf("%w: seed memory of %d entries", driver.ErrInvalidOption, b.seedMemory)
 	}
-	if b.seeding && b.mode == SplitMode {
+	if b.seeding && b.mode != ShadowMode {
 		b.seeds = newSeedMemory(b.seedMemory)
 	}
 	return b, nil
@@ -200,7 +202,15 @@ func (b *Backend) Decide(ctx context.Context, req driver.Request) (driver.Outcom
 		}
 		return b.seeded(ctx, side, req, false)
 	}
-	out, err := b.backends[side].Decide(ctx, req)
+	var (
+		out driver.Outcome
+		err error
+	)
+	if b.mode == MirrorMode && b.seeds != nil {
+		out, err = b.seeded(ctx, side, req, false)
+	} else {
+		out, err = b.backends[side].Decide(ctx, req)
+	}
 	if err != nil {
 		return out, err
 	}
@@ -240,7 +250,15 @@ func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Outcome,
 		}
 		return b.seeded(ctx, side, req, true)
 	}
-	out, err := driver.TakeWith(ctx, b.backends[side], req)
+	var (
+		out driver.Outcome
+		err error
+	)
+	if b.mode == MirrorMode && b.seeds != nil {
+		out, err = b.seeded(ctx, side, req, true)
+	} else {
+		out, err = driver.TakeWith(ctx, b.backends[side], req)
+	}
 	if err != nil {
 		return out, err
 	}

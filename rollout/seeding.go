@@ -233,7 +233,7 @@ func (m *seedMemory) len() int {
 // needsSeed reports whether a split-mode operation on req's identifier,
 // served by side, must first look for state on the other backend.
 func (b *Backend) needsSeed(req driver.Request, side Side) bool {
-	if b.mode != SplitMode || b.seeds == nil {
+	if b.mode == ShadowMode || b.seeds == nil {
 		return false
 	}
 	horizon := driver.Horizon(req.Policy)
