@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/throttlekit/throttlekit/middleware"
@@ -33,14 +35,24 @@ const tokenHeader = "Authorization"
 // resourceName names the limited resource in the rate-limit headers.
 const resourceName = "core"
 
-// newAPI returns the demo's HTTP API: one endpoint answering a small JSON
-// document, behind the rate-limit middleware keyed by the SHA-256 of the
-// client's token (tokens never reach the stores in the clear). Every
-// response, allowed or denied, names the store that decided it.
+// identify names a request by the SHA-256 of its Authorization token, the
+// identifier both the middleware and the hand-written limiter limit.
+var identify = middleware.Hashed(middleware.Header(tokenHeader))
+
+// app is the API's one endpoint: a small JSON document.
+var app = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	setServedHeaders(w, r)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(`{"repository":"throttlekit/throttlekit","stars":42}` + "\n"))
+})
+
+// newAPI returns the demo's HTTP API: app behind the rate-limit middleware
+// over th, keyed by identify (tokens never reach the stores in the clear).
+// Every response, allowed or denied, names the store that decided it.
 func newAPI(th *throttler.Throttler, policy *throttler.Policy) (http.Handler, error) {
 	lim, err := middleware.New(th, []middleware.Rule{{
 		Policy:   policy,
-		Identify: middleware.Hashed(middleware.Header(tokenHeader)),
+		Identify: identify,
 		Resource: resourceName,
 	}}, middleware.WithDenyHandler(func(w http.ResponseWriter, r *http.Request, res throttler.Result, p middleware.Problem) {
 		setServedHeaders(w, r)
@@ -51,16 +63,52 @@ func newAPI(th *throttler.Throttler, policy *throttler.Policy) (http.Handler, er
 	if err != nil {
 		return nil, err
 	}
-	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		setServedHeaders(w, r)
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"repository":"throttlekit/throttlekit","stars":42}` + "\n"))
-	})
 	limited := lim.Handler(app)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, _ := withServed(r.Context())
 		limited.ServeHTTP(w, r.WithContext(ctx))
 	}), nil
+}
+
+// warmUpAPI is the API before the rollout: the tokens onLegacy picks (with
+// share) are limited by the hand-written limiter, the others by plain, a
+// throttler over the old store alone. Without a legacy limiter, plain
+// serves everyone.
+func warmUpAPI(plain http.Handler, legacy *legacyLimiter, share float64) http.Handler {
+	if legacy == nil || share <= 0 {
+		return plain
+	}
+	old := legacy.handler(identify, app)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if onLegacy(strings.TrimPrefix(r.Header.Get(tokenHeader), "token "), share) {
+			old.ServeHTTP(w, r)
+			return
+		}
+		plain.ServeHTTP(w, r)
+	})
+}
+
+// deployment is the API's handler of the moment: the warm-up's until the
+// demo deploys the rollout, which swaps it in one step. A request keeps the
+// handler it started with; every demo client waits for its response before
+// sending the next, so no client is ever served by both at once.
+type deployment struct {
+	current atomic.Pointer[http.Handler]
+}
+
+// newDeployment serves h until deploy is called.
+func newDeployment(h http.Handler) *deployment {
+	d := &deployment{}
+	d.current.Store(&h)
+	return d
+}
+
+// deploy makes h serve every request from now on.
+func (d *deployment) deploy(h http.Handler) { d.current.Store(&h) }
+
+// ServeHTTP implements http.Handler.
+func (d *deployment) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	(*d.current.Load()).ServeHTTP(w, r)
 }
 
 // setServedHeaders copies the request's served record to the response.

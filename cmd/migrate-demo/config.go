@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,6 +39,10 @@ type Config struct {
 	Embedded bool
 	// Short selects the quick profile (see demoConfig).
 	Short bool
+	// WarmUp is how long the API runs on the old store alone, before the
+	// rollout is deployed; 0 means one window of the policy's shortest
+	// limit.
+	WarmUp time.Duration
 	// PhaseDuration is how long each step of the ramp lasts.
 	PhaseDuration time.Duration
 	// Ramp is the percentage of identifiers on the new backend, per phase.
@@ -48,13 +53,22 @@ type Config struct {
 	Identifiers int
 	// AbusiveShare is the fraction of clients that send far over the limit.
 	AbusiveShare float64
+	// LegacyShare is the fraction of clients the hand-written limiter
+	// serves during the warm-up (the others are on throttlekit's memcached
+	// backend already). It needs memcached: -embedded has no legacy
+	// limiter.
+	LegacyShare float64
 	// Policy is the limit notation, as throttler.ParsePolicy reads it.
 	Policy string
 	// NormalRate and AbusiveRate are the mean requests per second of one
 	// well-behaved and of one abusive client.
 	NormalRate, AbusiveRate float64
-	// Mode is the rollout mode; the ramp is meant for MirrorMode.
-	Mode rollout.Mode
+	// Modes are the rollout modes to run, one after another, each on
+	// fresh keys.
+	Modes []rollout.Mode
+	// Seeding turns split mode's seeding on (rollout.WithSeeding). Off, a
+	// moved identifier starts afresh, which the verdict reports.
+	Seeding bool
 	// MemcachedAddr and RedisShards name running servers; empty means the
 	// demo starts its own.
 	MemcachedAddr, RedisShards string
@@ -73,29 +87,33 @@ type Config struct {
 }
 
 // demoConfig returns the configuration of the full demo, or of the quick
-// one when short is set. The full one runs four phases of 20 s under a
-// 30/10s limit, so that windows close and reopen within each phase and a
-// whole run stays under two minutes; the quick one keeps every proportion
-// (limit per second, clients over their limit) on 2 s windows and phases of
-// 2.5 s, for about 12 s in all.
+// one when short is set. The full one runs, in mirror and then in split
+// mode, a warm-up of one 10 s window on the old store and six ramp phases
+// of 5 s under a 30/10s limit, so that the deploy and every step fall in
+// the middle of open windows and a whole run stays near a minute and a
+// half; the quick one keeps every proportion (limit per second, clients
+// over their limit) on 2 s windows and phases of 1.25 s, for about 20 s in
+// all.
 func demoConfig(short bool) Config {
 	c := Config{
 		Short:          short,
-		PhaseDuration:  20 * time.Second,
-		Ramp:           []int{0, 10, 50, 100},
+		PhaseDuration:  5 * time.Second,
+		Ramp:           []int{0, 10, 50, 100, 50, 0},
 		Identifiers:    200,
 		AbusiveShare:   0.10,
+		LegacyShare:    0.5,
 		Policy:         "30/10s, 600/h",
 		NormalRate:     2,
 		AbusiveRate:    12,
-		Mode:           rollout.MirrorMode,
+		Modes:          []rollout.Mode{rollout.MirrorMode, rollout.SplitMode},
+		Seeding:        true,
 		UnleashFeature: defaultFeature,
 		Tolerance:      5,
 		CallTimeout:    500 * time.Millisecond,
 		Progress:       time.Second,
 	}
 	if short {
-		c.PhaseDuration = 2500 * time.Millisecond
+		c.PhaseDuration = 1250 * time.Millisecond
 		c.Policy = "6/2s, 600/h"
 		c.NormalRate = 1.5
 		c.AbusiveRate = 8
@@ -111,17 +129,21 @@ func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) 
 	fs := flag.NewFlagSet("migrate-demo", flag.ContinueOnError)
 	fs.SetOutput(usageOut)
 	c := demoConfig(false)
-	var ramp, mode string
+	var ramp, modes string
 	fs.BoolVar(&c.Embedded, "embedded", false, "run on in-memory backends, without servers")
-	fs.BoolVar(&c.Short, "short", false, `quick run (about 12 s): -duration 2.5s -policy "6/2s, 600/h" -rate 1.5 -abusive-rate 8 -progress 500ms`)
-	fs.DurationVar(&c.PhaseDuration, "duration", c.PhaseDuration, "length of each phase")
-	fs.StringVar(&ramp, "ramp", "0,10,50,100", "percentages of identifiers on the new backend, one per phase")
-	fs.IntVar(&c.Identifiers, "identifiers", c.Identifiers, "number of API tokens, one client each")
+	fs.BoolVar(&c.Short, "short", false, `quick run (about 20 s): -duration 1.25s -policy "6/2s, 600/h" -rate 1.5 -abusive-rate 8 -progress 500ms`)
+	fs.DurationVar(&c.WarmUp, "warmup", 0, "time on the old store alone before the rollout is deployed (0: one window of the shortest limit)")
+	fs.DurationVar(&c.PhaseDuration, "duration", c.PhaseDuration, "length of each ramp phase")
+	fs.StringVar(&ramp, "ramp", joinRamp(c.Ramp), "percentages of identifiers on the new backend, one per phase")
+	fs.IntVar(&c.Identifiers, "identifiers", c.Identifiers, "number of clients, one API token each")
 	fs.Float64Var(&c.AbusiveShare, "abusive", c.AbusiveShare, "fraction of clients that send far over their limit")
+	fs.Float64Var(&c.LegacyShare, "legacy", c.LegacyShare,
+		"fraction of clients on the hand-written memcached limiter before the deploy (none with -embedded)")
 	fs.StringVar(&c.Policy, "policy", c.Policy, "rate-limit policy, in throttler.ParsePolicy's notation")
 	fs.Float64Var(&c.NormalRate, "rate", c.NormalRate, "requests per second of a well-behaved client")
 	fs.Float64Var(&c.AbusiveRate, "abusive-rate", c.AbusiveRate, "requests per second of an abusive client")
-	fs.StringVar(&mode, "mode", c.Mode.String(), "rollout mode: mirror, split or shadow")
+	fs.StringVar(&modes, "mode", joinModes(c.Modes), "rollout modes to run one after another: mirror, split or shadow, comma-separated")
+	fs.BoolVar(&c.Seeding, "seeding", c.Seeding, "split mode carries a moved identifier's state over (false: it starts afresh)")
 	fs.StringVar(&c.MemcachedAddr, "memcached", getenv(envMemcached),
 		"host:port of a running memcached (env "+envMemcached+"); empty starts one")
 	fs.StringVar(&c.RedisShards, "redis-shards", getenv(envRedisShards),
@@ -162,7 +184,7 @@ func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) 
 	if c.Ramp, err = parseRamp(ramp); err != nil {
 		return Config{}, err
 	}
-	if c.Mode, err = parseMode(mode); err != nil {
+	if c.Modes, err = parseModes(modes); err != nil {
 		return Config{}, err
 	}
 	if err := c.validate(); err != nil {
@@ -179,12 +201,18 @@ func (c Config) validate() error {
 	switch {
 	case c.PhaseDuration <= 0:
 		return bad("-duration must be positive")
+	case c.WarmUp < 0:
+		return bad("-warmup must not be negative")
 	case len(c.Ramp) == 0:
 		return bad("-ramp needs at least one percentage")
+	case len(c.Modes) == 0:
+		return bad("-mode needs at least one mode")
 	case c.Identifiers < 1 || c.Identifiers > 100_000:
 		return bad("-identifiers must be 1 to 100000")
 	case !(c.AbusiveShare >= 0 && c.AbusiveShare <= 1):
 		return bad("-abusive must be a fraction from 0 to 1")
+	case !(c.LegacyShare >= 0 && c.LegacyShare <= 1):
+		return bad("-legacy must be a fraction from 0 to 1")
 	case !(c.NormalRate > 0 && c.NormalRate <= 1000) || !(c.AbusiveRate > 0 && c.AbusiveRate <= 1000):
 		return bad("-rate and -abusive-rate must be above 0 and at most 1000")
 	case !(c.Tolerance >= 0 && c.Tolerance <= 100):
@@ -208,12 +236,33 @@ func (c Config) validate() error {
 	}
 	for _, l := range p.Limits() {
 		// The clients' checks read a stable X-RateLimit-Reset within a
-		// window; a GCRA limit's reset moves with every request by design.
-		if l.Algorithm == throttler.GCRA {
-			return bad("-policy: %q is GCRA; the demo checks fixed windows, whose reset time must not move", l.Name)
+		// window; a GCRA or sliding limit's reset moves with every request
+		// by design.
+		if l.Algorithm == throttler.GCRA || l.Algorithm == throttler.SlidingWindow {
+			return bad("-policy: %q is %s; the demo checks fixed windows, whose reset time must not move", l.Name, l.Algorithm)
 		}
 	}
 	return nil
+}
+
+// warmUp returns the warm-up's length: cfg.WarmUp, or one window of the
+// policy's shortest limit.
+func (c Config) warmUp(p *throttler.Policy) time.Duration {
+	if c.WarmUp > 0 {
+		return c.WarmUp
+	}
+	return shortestWindow(p)
+}
+
+// shortestWindow returns the window of p's shortest limit.
+func shortestWindow(p *throttler.Policy) time.Duration {
+	var w time.Duration
+	for _, l := range p.Limits() {
+		if w == 0 || l.Window < w {
+			w = l.Window
+		}
+	}
+	return w
 }
 
 // parseRamp reads "0,10,50,100".
@@ -230,6 +279,22 @@ func parseRamp(s string) ([]int, error) {
 	return out, nil
 }
 
+// parseModes reads "mirror,split", or a single mode.
+func parseModes(s string) ([]rollout.Mode, error) {
+	var out []rollout.Mode
+	for _, part := range strings.Split(s, ",") {
+		m, err := parseMode(part)
+		if err != nil {
+			return nil, err
+		}
+		if slices.Contains(out, m) {
+			return nil, fmt.Errorf("%w: -mode %q names %s twice", errUsage, s, m)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
 func parseMode(s string) (rollout.Mode, error) {
 	for _, m := range []rollout.Mode{rollout.MirrorMode, rollout.SplitMode, rollout.ShadowMode} {
 		if strings.EqualFold(strings.TrimSpace(s), m.String()) {
@@ -237,6 +302,24 @@ func parseMode(s string) (rollout.Mode, error) {
 		}
 	}
 	return 0, fmt.Errorf("%w: -mode %q: want mirror, split or shadow", errUsage, s)
+}
+
+// joinModes writes modes as -mode reads them.
+func joinModes(modes []rollout.Mode) string {
+	parts := make([]string, len(modes))
+	for i, m := range modes {
+		parts[i] = m.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// joinRamp writes a ramp as -ramp reads it.
+func joinRamp(ramp []int) string {
+	parts := make([]string, len(ramp))
+	for i, p := range ramp {
+		parts[i] = strconv.Itoa(p)
+	}
+	return strings.Join(parts, ",")
 }
 
 func firstNonEmpty(values ...string) string {

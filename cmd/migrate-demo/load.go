@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/throttlekit/throttlekit/middleware"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -16,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/throttlekit/throttlekit/middleware"
 	"github.com/throttlekit/throttlekit/rollout"
 )
 
@@ -31,6 +31,7 @@ type observation struct {
 	// member is the binding limit's name, from the RateLimit field
 	// ("core:30/10s"): Reset and Used are that limit's.
 	member    string
+	limit     int64 // X-RateLimit-Limit, the binding limit's quota
 	reset     int64 // X-RateLimit-Reset, Unix seconds
 	used      int64 // X-RateLimit-Used
 	remaining int64 // X-RateLimit-Remaining
@@ -70,7 +71,8 @@ func readObservation(status int, h http.Header, received time.Time) (observation
 	for _, f := range []struct {
 		name string
 		dst  *int64
-	}{{middleware.HeaderReset, &o.reset}, {middleware.HeaderUsed, &o.used}, {middleware.HeaderRemaining, &o.remaining}} {
+	}{{middleware.HeaderLimit, &o.limit}, {middleware.HeaderReset, &o.reset}, {middleware.HeaderUsed, &o.used},
+		{middleware.HeaderRemaining, &o.remaining}} {
 		v, err := strconv.ParseInt(h.Get(f.name), 10, 64)
 		if err != nil {
 			return o, fmt.Errorf("%w: %s %q", errBadResponse, f.name, h.Get(f.name))
@@ -128,32 +130,68 @@ func parseRateLimit(v string) (member string, r int64, ok bool) {
 	return name.String(), r, found
 }
 
-// judgement is what one response shows against the one before it for the
-// same identifier.
+// judgement is what one response shows against what its client saw
+// before.
 type judgement struct {
 	// quotaClaim: a denial whose headers claim remaining quota.
 	quotaClaim bool
-	// moved: another side served the previous response.
+	// moved: another side, or another store of the same side, decided the
+	// previous response (the legacy limiter, memcached, redis; the shards
+	// of one store count as one).
 	moved bool
-	// checked: moved while the previous window was certainly open, so its
-	// Reset and Used must have carried over.
+	// checked: moved while the binding limit's window was certainly open,
+	// so that its Reset and Used must have carried over.
 	checked bool
-	// restart: moved, and the window did not carry over.
-	restart bool
-	// wobble: same side, and X-RateLimit-Reset changed within the window.
-	wobble bool
+	// resetChange: the binding limit's X-RateLimit-Reset changed while its
+	// window was certainly open, or went back.
+	resetChange bool
+	// doubleGrant: the window granted more than its quota, or gave back
+	// units it had counted (see judge).
+	doubleGrant bool
 }
 
-// judge compares cur with prev, the previous non-degraded response for the
-// same identifier (nil for the first).
+// windowSeen is what a client has seen of one limit's current window:
+// the responses whose binding limit it was.
+type windowSeen struct {
+	// reset is the window's X-RateLimit-Reset, which names it.
+	reset int64
+	// used is the largest X-RateLimit-Used seen in it (the throttler's own
+	// Used on a denial); allowed counts its allowed responses.
+	used, allowed int64
+}
+
+// add records cur, a response of the window, or one that opens the next.
+func (w *windowSeen) add(cur observation) {
+	if cur.reset != w.reset {
+		*w = windowSeen{reset: cur.reset}
+	}
+	w.used = max(w.used, cur.used)
+	if cur.status == http.StatusOK {
+		w.allowed++
+	}
+}
+
+// judge compares cur with what its client saw before: prev, its previous
+// non-degraded response (nil for the first), and win, the window of cur's
+// binding limit as earlier responses showed it (nil when none did).
 //
 // X-RateLimit-Reset is the window end E rounded up to a second, R, so E
 // lies in (R-1, R]. A response received before R-1 was decided while that
-// window was certainly open: it must show the same R and at least the same
-// Used. A response after that may come from a new window, which always
-// ends later (R' >= R); a Reset that goes back is wrong at any time.
-// Nothing is compared across a change of binding limit.
-func judge(prev *observation, cur observation) judgement {
+// window was certainly open: it must show the same R. A response after
+// that may come from a new window, which always ends later (R' >= R); a
+// Reset that goes back is wrong at any time. Either is a ResetAt change.
+//
+// Responses that show the same R are of one window, and the client is the
+// only one that spends its token's quota, one request at a time. So, in
+// one window: every allowed response spends a unit, its Used above every
+// earlier Used and at most the limit, and the allowed responses number at
+// most the limit; and no response shows a Used below an earlier one
+// (units given back, to be granted again). A response that breaks any of
+// these is a double grant.
+//
+// Windows are followed per limit (the RateLimit field's member), so that
+// nothing is compared across limits.
+func judge(prev *observation, win *windowSeen, cur observation) judgement {
 	var j judgement
 	if cur.degraded {
 		return j
@@ -161,29 +199,38 @@ func judge(prev *observation, cur observation) judgement {
 	// A cost-1 denial leaves nothing (SPEC: denied implies Remaining 0),
 	// in the headers and in the store's figures behind them.
 	j.quotaClaim = cur.status == http.StatusTooManyRequests && (cur.remaining > 0 || cur.r > 0 || cur.resultRemaining > 0)
-	if prev == nil {
+	if prev != nil {
+		j.moved = cur.side != prev.side || storeKind(cur.store) != storeKind(prev.store)
+	}
+	if win == nil {
 		return j
 	}
-	j.moved = cur.side != prev.side
-	if cur.member != prev.member {
+	open := cur.received.UnixMilli() < (win.reset-1)*1000
+	j.checked = j.moved && open
+	if cur.reset != win.reset {
+		j.resetChange = cur.reset < win.reset || open
 		return j
 	}
-	open := cur.received.UnixMilli() < (prev.reset-1)*1000
-	backwards := cur.reset < prev.reset
-	if j.moved {
-		j.checked = open || backwards
-		j.restart = backwards || open && (cur.reset != prev.reset || cur.used < prev.used)
-		return j
+	if cur.status == http.StatusOK {
+		j.doubleGrant = cur.used <= win.used || cur.used > cur.limit || win.allowed+1 > cur.limit
+	} else {
+		j.doubleGrant = cur.used < win.used
 	}
-	j.wobble = backwards || open && cur.reset != prev.reset
 	return j
+}
+
+// storeKind names the store of an X-Demo-Store value: "redis" for
+// "redis/a".
+func storeKind(store string) string {
+	kind, _, _ := strings.Cut(store, "/")
+	return kind
 }
 
 // sideCounts are one phase's figures for responses from one side.
 type sideCounts struct {
-	requests, allowed, denied, degraded int64
-	wobble, quotaClaims                 int64
-	moved, checked, restarts            int64
+	requests, allowed, denied, degraded     int64
+	resetChanges, doubleGrants, quotaClaims int64
+	moved, checked                          int64
 }
 
 func (a *sideCounts) add(b sideCounts) {
@@ -191,11 +238,11 @@ func (a *sideCounts) add(b sideCounts) {
 	a.allowed += b.allowed
 	a.denied += b.denied
 	a.degraded += b.degraded
-	a.wobble += b.wobble
+	a.resetChanges += b.resetChanges
+	a.doubleGrants += b.doubleGrants
 	a.quotaClaims += b.quotaClaims
 	a.moved += b.moved
 	a.checked += b.checked
-	a.restarts += b.restarts
 }
 
 // clientPhase is one client's record of one phase.
@@ -211,8 +258,11 @@ type clientPhase struct {
 // client is one API token, driven by one goroutine that sends requests
 // one after another, so that its responses come in order.
 type client struct {
-	token    string
-	abusive  bool
+	token   string
+	abusive bool
+	// legacy clients are served by the hand-written limiter until the
+	// deploy.
+	legacy   bool
 	interval time.Duration
 	// start delays the first request, so that windows, which open at an
 	// identifier's first request, do not all open and close in step.
@@ -222,8 +272,10 @@ type client struct {
 	// and then taken mu sees every record of the phase before.
 	mu     sync.Mutex
 	phases []clientPhase
-	// prev is the last non-degraded response; only the driver uses it.
-	prev *observation
+	// prev is the last non-degraded response, windows the current window
+	// of each limit; only the driver uses them.
+	prev    *observation
+	windows map[string]*windowSeen
 }
 
 // load is the load generator: one client per identifier, over real HTTP.
@@ -241,9 +293,10 @@ type load struct {
 }
 
 // newLoad prepares cfg.Identifiers clients of url, for phases phases.
-// Abusive clients are spread evenly among the others. Their first requests
+// Abusive clients are spread evenly among the others; legacy marks those
+// the hand-written limiter serves before the deploy. Their first requests
 // are spread over stagger.
-func newLoad(cfg Config, url string, phases int, stagger time.Duration) *load {
+func newLoad(cfg Config, url string, phases int, stagger time.Duration, legacy func(token string) bool) *load {
 	n := cfg.Identifiers
 	tr := &http.Transport{
 		Proxy:               nil, // loopback only
@@ -260,9 +313,12 @@ func newLoad(cfg Config, url string, phases int, stagger time.Duration) *load {
 		if abusive {
 			rate = cfg.AbusiveRate
 		}
+		token := fmt.Sprintf("demo-%04d", i)
 		l.clients = append(l.clients, &client{
-			token:    fmt.Sprintf("demo-%04d", i),
+			token:    token,
 			abusive:  abusive,
+			legacy:   legacy(token),
+			windows:  map[string]*windowSeen{},
 			interval: time.Duration(float64(time.Second) / rate),
 			start:    time.Duration(float64(stagger) * float64(i) / float64(n)),
 			phases:   make([]clientPhase, phases+1),
@@ -276,6 +332,18 @@ func (l *load) abusive() int {
 	n := 0
 	for _, c := range l.clients {
 		if c.abusive {
+			n++
+		}
+	}
+	return n
+}
+
+// legacy returns the number of clients that start on the hand-written
+// limiter.
+func (l *load) legacy() int {
+	n := 0
+	for _, c := range l.clients {
+		if c.legacy {
 			n++
 		}
 	}
@@ -348,7 +416,8 @@ func (l *load) record(ctx context.Context, c *client, obs observation, err error
 		l.samples.add(err)
 		return
 	}
-	j := judge(c.prev, obs)
+	win := c.windows[obs.member]
+	j := judge(c.prev, win, obs)
 	s := &p.sides[obs.side]
 	s.requests++
 	if obs.status == http.StatusOK {
@@ -361,32 +430,42 @@ func (l *load) record(ctx context.Context, c *client, obs observation, err error
 		s.degraded++
 		return
 	}
-	s.wobble += b2i(j.wobble)
+	s.resetChanges += b2i(j.resetChange)
+	s.doubleGrants += b2i(j.doubleGrant)
 	s.quotaClaims += b2i(j.quotaClaim)
 	s.moved += b2i(j.moved)
 	s.checked += b2i(j.checked)
-	s.restarts += b2i(j.restart)
 	for _, broken := range []struct {
 		yes  bool
 		name string
-	}{{j.wobble, "wobble"}, {j.restart, "restart on move"}, {j.quotaClaim, "denial claiming quota"}} {
+	}{{j.resetChange, "ResetAt change"}, {j.doubleGrant, "double grant"}, {j.quotaClaim, "denial claiming quota"}} {
 		if broken.yes {
-			l.evidence.addf("%s: %s %s", broken.name, c.token, describeChange(c.prev, obs))
+			l.evidence.addf("%s: %s %s", broken.name, c.token, describeChange(c.prev, win, obs))
 		}
 	}
+	if win == nil {
+		win = &windowSeen{}
+		c.windows[obs.member] = win
+	}
+	win.add(obs)
 	c.prev = &obs
 }
 
-// describeChange shows two successive responses for the evidence list.
-func describeChange(prev *observation, cur observation) string {
+// describeChange shows a response, the one before it and the window its
+// limit was in, for the evidence list.
+func describeChange(prev *observation, win *windowSeen, cur observation) string {
 	show := func(o observation) string {
-		return fmt.Sprintf("[%d from %s, received %s: %s Reset %d Used %d Remaining %d r %d]", o.status, o.store,
-			o.received.Format("15:04:05.000"), o.member, o.reset, o.used, o.remaining, o.r)
+		return fmt.Sprintf("[%d from %s, received %s: %s Limit %d Reset %d Used %d Remaining %d r %d]", o.status,
+			o.store, o.received.Format("15:04:05.000"), o.member, o.limit, o.reset, o.used, o.remaining, o.r)
 	}
-	if prev == nil {
-		return show(cur)
+	s := show(cur)
+	if prev != nil {
+		s = show(*prev) + " then " + s
 	}
-	return show(*prev) + " then " + show(cur)
+	if win != nil {
+		s += fmt.Sprintf(" (window Reset %d: %d allowed, Used up to %d)", win.reset, win.allowed, win.used)
+	}
+	return s
 }
 
 func b2i(b bool) int64 {
@@ -404,10 +483,12 @@ type phaseTotals struct {
 	sides  [2]sideCounts
 	errors int64
 	// ids counts identifiers by the side of their last response in the
-	// phase; stores by its store; active is the identifiers that had any.
-	ids    [2]int
-	stores map[string]int
-	active int
+	// phase; stores by its store, which storeSides puts on its side; active
+	// is the identifiers that had any.
+	ids        [2]int
+	stores     map[string]int
+	storeSides map[string]rollout.Side
+	active     int
 }
 
 func (t phaseTotals) all() sideCounts {
@@ -419,7 +500,7 @@ func (t phaseTotals) all() sideCounts {
 // collect sums phase i over all clients. After setPhase moved past i, the
 // result is final.
 func (l *load) collect(i int) phaseTotals {
-	t := phaseTotals{stores: map[string]int{}}
+	t := phaseTotals{stores: map[string]int{}, storeSides: map[string]rollout.Side{}}
 	for _, c := range l.clients {
 		c.mu.Lock()
 		p := c.phases[i]
@@ -431,6 +512,7 @@ func (l *load) collect(i int) phaseTotals {
 			t.active++
 			t.ids[p.lastSide]++
 			t.stores[p.lastStore]++
+			t.storeSides[p.lastStore] = p.lastSide
 		}
 	}
 	return t

@@ -14,8 +14,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	legacybackend "github.com/throttlekit/throttlekit/backend/legacy"
+	memcachedbackend "github.com/throttlekit/throttlekit/backend/memcached"
 	"github.com/throttlekit/throttlekit/internal/localserver"
 	"github.com/throttlekit/throttlekit/rollout"
+	"github.com/throttlekit/throttlekit/throttler"
 )
 
 // runDemo runs the demo in-process with cfg and returns its verdict and
@@ -37,18 +40,30 @@ func runDemo(t *testing.T, cfg Config) (Verdict, string) {
 	return v, out.String()
 }
 
-// assertPassed checks a full ramp's report: one table per phase, the
-// summary, and a passing verdict.
-func assertPassed(t *testing.T, v Verdict, out string, phases int) {
+// assertPassed checks a run's report: for each mode, one table per phase
+// (the warm-up and the ramp), the mode's summary and its passing verdict;
+// then a passing overall verdict.
+func assertPassed(t *testing.T, v Verdict, out string, modes []rollout.Mode, phases int) {
 	t.Helper()
 	if !v.Pass {
 		t.Errorf("verdict: %s\noutput:\n%s", v.Line, out)
 		return
 	}
-	for i := 1; i <= phases; i++ {
+	require.Len(t, v.Modes, len(modes))
+	for i, m := range modes {
+		mv := v.Modes[i]
+		assert.Equal(t, m, mv.Mode)
+		assert.True(t, mv.Pass, mv.Line)
+		assert.Contains(t, out, "\n== "+m.String()+" mode, keys ")
+		assert.Contains(t, out, "\nsummary, "+m.String()+" mode\n")
+		assert.Contains(t, out, "\n"+m.String()+" mode: PASS (")
+		assert.Positive(t, mv.moves, "identifiers moved")
+		assert.Positive(t, mv.checked, "moves in open windows were checked")
+	}
+	assert.Contains(t, out, fmt.Sprintf("\nphase 1/%d: warm-up on the old store alone", phases))
+	for i := 2; i <= phases; i++ {
 		assert.Contains(t, out, fmt.Sprintf("\nphase %d/%d: ", i, phases))
 	}
-	assert.Contains(t, out, "\nsummary\n")
 	assert.Contains(t, out, "  backend ")
 	assert.Contains(t, out, "\nVERDICT: PASS (")
 	assert.Empty(t, v.Failures)
@@ -69,40 +84,56 @@ func requireServers(t *testing.T) {
 }
 
 // TestShortRunOnServers is `-short` on real servers: one memcached, two
-// Redis primaries with a replica each, the ramp 0-10-50-100% in mirror mode.
-// Every invariant must hold.
+// Redis primaries with a replica each, half the clients first on the
+// hand-written limiter, the warm-up and the ramp up and back down in mirror
+// and then split mode. Every invariant must hold in both.
 func TestShortRunOnServers(t *testing.T) {
 	localserver.SkipIfShort(t)
 	requireServers(t)
-	v, out := runDemo(t, demoConfig(true))
-	assertPassed(t, v, out, 4)
+	cfg := demoConfig(true)
+	v, out := runDemo(t, cfg)
+	assertPassed(t, v, out, cfg.Modes, 1+len(cfg.Ramp))
 	assert.Contains(t, out, "old memcached")
+	assert.Contains(t, out, "\n    legacy ", "the warm-up shows the hand-written limiter's clients")
 	assert.Contains(t, out, "redis/a")
 	assert.Contains(t, out, "redis/b")
+	assert.Regexp(t, `legacy windows carried over\)`, v.Modes[0].Line)
 }
 
-// TestShortRunEmbedded is `-short -embedded`: the same ramp on a memory
-// backend and a sharded backend over two memory shards.
+// TestShortRunEmbedded is `-short -embedded`: the same on a memory backend
+// and a sharded backend over two memory shards, without the hand-written
+// limiter.
 func TestShortRunEmbedded(t *testing.T) {
 	cfg := demoConfig(true)
 	cfg.Embedded = true
 	v, out := runDemo(t, cfg)
-	assertPassed(t, v, out, 4)
+	assertPassed(t, v, out, cfg.Modes, 1+len(cfg.Ramp))
 	assert.Contains(t, out, "memory/a")
 	assert.Contains(t, out, "memory/b")
+	assert.NotContains(t, out, "\n    legacy ")
 }
 
-// TestSplitModeRestartsAreCaught shows that the clients' checks have
-// teeth: in split mode an identifier that moves starts afresh on the new
-// store, and the verdict must say so.
-func TestSplitModeRestartsAreCaught(t *testing.T) {
+// TestSplitWithoutSeedingIsCaught shows that the clients' checks have
+// teeth: in split mode without seeding an identifier that moves starts
+// afresh on the new store, and the verdict must say so.
+func TestSplitWithoutSeedingIsCaught(t *testing.T) {
 	cfg := demoConfig(true)
-	cfg.Embedded, cfg.Mode, cfg.Ramp, cfg.Identifiers, cfg.Progress = true, rollout.SplitMode, []int{0, 100}, 60, 0
+	cfg.Embedded, cfg.Modes, cfg.Seeding, cfg.Ramp, cfg.Identifiers, cfg.Progress =
+		true, []rollout.Mode{rollout.SplitMode}, false, []int{0, 100}, 60, 0
 	v, out := runDemo(t, cfg)
-	require.False(t, v.Pass, "split mode passed:\n%s", out)
+	require.False(t, v.Pass, "split mode without seeding passed:\n%s", out)
 	require.NotEmpty(t, v.Failures)
-	assert.True(t, strings.HasPrefix(v.Failures[0], "windows restarted on move (phase 2: "), "failures: %q", v.Failures)
-	assert.Contains(t, out, "\nVERDICT: FAIL: windows restarted on move")
+	// Each move that lands in an open window shows a new Reset, or the
+	// same one with a lower Used; which of the two comes first depends on
+	// timing.
+	caught := false
+	for _, f := range v.Failures {
+		caught = caught || strings.HasPrefix(f, "split mode: no ResetAt change (phase 3: ") ||
+			strings.HasPrefix(f, "split mode: no double grant (phase 3: ")
+	}
+	assert.True(t, caught, "failures: %q", v.Failures)
+	assert.Contains(t, out, "\nsplit mode: FAIL: no ")
+	assert.Contains(t, out, "\nVERDICT: FAIL: split mode: no ")
 }
 
 // TestMissingServersSaysWhatToDo points the binary lookups at nothing: the
@@ -143,12 +174,15 @@ func TestUnleashSetsThePercentage(t *testing.T) {
 	}))
 	defer srv.Close()
 
+	// The toggle says 50% from the deploy on: split mode, which seeds each
+	// identifier's store at its first decision, keeps the warm-up's
+	// windows (mirror mode needs the ramp to begin at 0%).
 	cfg := demoConfig(true)
-	cfg.Embedded, cfg.Ramp, cfg.Progress = true, []int{0}, 0
+	cfg.Embedded, cfg.Ramp, cfg.Modes, cfg.Progress = true, []int{0}, []rollout.Mode{rollout.SplitMode}, 0
 	cfg.UnleashURL, cfg.UnleashToken = srv.URL+"/api", "secret-token"
 	v, out := runDemo(t, cfg)
-	assertPassed(t, v, out, 1)
-	assert.Contains(t, out, "phase 1/1: Unleash says 50% on new")
+	assertPassed(t, v, out, cfg.Modes, 2)
+	assert.Contains(t, out, "phase 2/2: Unleash says 50% on new")
 	assert.Positive(t, fetches.Load())
 }
 
@@ -160,6 +194,7 @@ func TestParseConfig(t *testing.T) {
 	require.NoError(t, err)
 	full := demoConfig(false)
 	assert.Equal(t, full, c)
+	assert.Equal(t, []rollout.Mode{rollout.MirrorMode, rollout.SplitMode}, c.Modes, "both modes by default")
 
 	c, err = parseConfig([]string{"-short", "-embedded"}, noEnv, &usage)
 	require.NoError(t, err)
@@ -169,22 +204,48 @@ func TestParseConfig(t *testing.T) {
 
 	env := map[string]string{envMemcached: "10.0.0.1:11211", envRedisShards: "a=redis://10.0.0.2:6379"}
 	c, err = parseConfig([]string{"-short", "-duration", "4s", "-policy", "5/s", "-ramp", "0, 25%,100", "-mode", "shadow",
-		"-memcached", "10.0.0.9:11211"}, func(k string) string { return env[k] }, &usage)
+		"-memcached", "10.0.0.9:11211", "-warmup", "3s", "-legacy", "0.25", "-seeding=false"},
+		func(k string) string { return env[k] }, &usage)
 	require.NoError(t, err)
 	assert.Equal(t, 4*time.Second, c.PhaseDuration)
+	assert.Equal(t, 3*time.Second, c.WarmUp)
 	assert.Equal(t, "5/s", c.Policy)
 	assert.Equal(t, []int{0, 25, 100}, c.Ramp)
-	assert.Equal(t, rollout.ShadowMode, c.Mode)
+	assert.Equal(t, []rollout.Mode{rollout.ShadowMode}, c.Modes)
+	assert.False(t, c.Seeding)
+	assert.Equal(t, 0.25, c.LegacyShare)
 	assert.Equal(t, "10.0.0.9:11211", c.MemcachedAddr, "a flag wins over the environment")
 	assert.Equal(t, "a=redis://10.0.0.2:6379", c.RedisShards)
 	assert.Equal(t, 1.5, c.NormalRate, "-short's default")
 
+	c, err = parseConfig([]string{"-mode", "split, mirror"}, noEnv, &usage)
+	require.NoError(t, err)
+	assert.Equal(t, []rollout.Mode{rollout.SplitMode, rollout.MirrorMode}, c.Modes)
+
 	for _, args := range [][]string{
-		{"-ramp", "0,101"}, {"-ramp", ""}, {"-mode", "sideways"}, {"-identifiers", "0"}, {"-abusive", "1.5"},
-		{"-policy", "lots"}, {"-policy", "6/2s gcra, 600/h"}, {"-duration", "-1s"}, {"-embedded", "-memcached", "x:1"}, {"extra"},
+		{"-ramp", "0,101"}, {"-ramp", ""}, {"-mode", "sideways"}, {"-mode", "split,split"}, {"-mode", ""},
+		{"-identifiers", "0"}, {"-abusive", "1.5"}, {"-legacy", "-0.1"}, {"-warmup", "-1s"},
+		{"-policy", "lots"}, {"-policy", "6/2s gcra, 600/h"}, {"-policy", "6/2s sliding"}, {"-duration", "-1s"},
+		{"-embedded", "-memcached", "x:1"}, {"extra"},
 	} {
 		_, err := parseConfig(args, noEnv, &usage)
 		assert.ErrorIs(t, err, errUsage, "%q", args)
+	}
+}
+
+func TestWarmUpLastsAWindow(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		warmUp time.Duration
+		want   time.Duration
+	}{
+		{"30/10s, 600/h", 0, 10 * time.Second},
+		{"600/h, 6/2s", 0, 2 * time.Second},
+		{"30/10s", 3 * time.Second, 3 * time.Second},
+	} {
+		p, err := throttler.ParsePolicy("core", tc.policy)
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, Config{WarmUp: tc.warmUp}.warmUp(p), tc.policy)
 	}
 }
 
@@ -192,46 +253,79 @@ func TestJudge(t *testing.T) {
 	// A window ending at 100.400 s shows Reset 101: certainly open before
 	// 100 s, perhaps closed after.
 	at := func(ms int64) time.Time { return time.UnixMilli(ms) }
-	obs := func(side rollout.Side, recvMs, reset, used int64) observation {
-		return observation{status: http.StatusOK, received: at(recvMs), side: side, member: "core:30/10s",
-			reset: reset, used: used, remaining: 30 - used}
+	obs := func(store string, recvMs, reset, used int64) observation {
+		side := rollout.SideOld
+		if strings.HasPrefix(store, "redis") {
+			side = rollout.SideNew
+		}
+		return observation{status: http.StatusOK, received: at(recvMs), side: side, store: store, member: "core:30/10s",
+			limit: 30, reset: reset, used: used, remaining: 30 - used}
 	}
-	prev := obs(rollout.SideOld, 95_000, 101, 5)
+	prev := obs("memcached", 95_000, 101, 5)
+	win := &windowSeen{reset: 101, used: 5, allowed: 5}
+	full := &windowSeen{reset: 101, used: 30, allowed: 30}
 	denied := func(o observation, remaining, r int64) observation {
 		o.status, o.remaining, o.r = http.StatusTooManyRequests, remaining, r
 		return o
 	}
 	member := func(o observation, m string) observation { o.member = m; return o }
 	degraded := func(o observation) observation { o.degraded = true; return o }
+	legacyPrev := obs(legacyStore, 95_000, 101, 5)
 
 	for _, tc := range []struct {
 		name string
 		prev *observation
+		win  *windowSeen
 		cur  observation
 		want judgement
 	}{
-		{"first response", nil, obs(rollout.SideOld, 95_000, 101, 1), judgement{}},
-		{"same window", &prev, obs(rollout.SideOld, 99_999, 101, 6), judgement{}},
-		{"wobble within the window", &prev, obs(rollout.SideOld, 99_000, 102, 6), judgement{wobble: true}},
-		{"new window in the last second", &prev, obs(rollout.SideOld, 100_500, 111, 1), judgement{}},
-		{"reset going back", &prev, obs(rollout.SideOld, 100_500, 100, 6), judgement{wobble: true}},
-		{"move keeps the window", &prev, obs(rollout.SideNew, 96_000, 101, 6), judgement{moved: true, checked: true}},
-		{"move restarts the window", &prev, obs(rollout.SideNew, 96_000, 106, 1),
-			judgement{moved: true, checked: true, restart: true}},
-		{"move loses the count", &prev, obs(rollout.SideNew, 96_000, 101, 2),
-			judgement{moved: true, checked: true, restart: true}},
-		{"move after the window may have closed", &prev, obs(rollout.SideNew, 100_100, 111, 1), judgement{moved: true}},
-		{"binding limit changed", &prev, member(obs(rollout.SideOld, 96_000, 3600, 9), "core:600/h"), judgement{}},
-		{"honest denial", &prev, denied(obs(rollout.SideOld, 96_000, 101, 30), 0, 0), judgement{}},
-		{"denial claiming remaining", &prev, denied(obs(rollout.SideOld, 96_000, 101, 30), 3, 0),
+		{"first response", nil, nil, obs("memcached", 95_000, 101, 1), judgement{}},
+		{"same window", &prev, win, obs("memcached", 99_999, 101, 6), judgement{}},
+		{"reset changed within the window", &prev, win, obs("memcached", 99_000, 102, 6), judgement{resetChange: true}},
+		{"new window in the last second", &prev, win, obs("memcached", 100_500, 111, 1), judgement{}},
+		{"reset going back", &prev, win, obs("memcached", 100_500, 100, 6), judgement{resetChange: true}},
+		{"move keeps the window", &prev, win, obs("redis/a", 96_000, 101, 6), judgement{moved: true, checked: true}},
+		{"move restarts the window", &prev, win, obs("redis/b", 96_000, 106, 1),
+			judgement{moved: true, checked: true, resetChange: true}},
+		{"move loses the count", &prev, win, obs("redis/a", 96_000, 101, 2),
+			judgement{moved: true, checked: true, doubleGrant: true}},
+		{"move after the window may have closed", &prev, win, obs("redis/a", 100_100, 111, 1), judgement{moved: true}},
+		{"shards are one store", ptr(obs("redis/a", 95_000, 101, 5)), win, obs("redis/b", 96_000, 101, 6), judgement{}},
+		{"the deploy is a move", &legacyPrev, win, obs("memcached", 96_000, 101, 6), judgement{moved: true, checked: true}},
+		{"the deploy restarts the window", &legacyPrev, win, obs("memcached", 96_000, 102, 1),
+			judgement{moved: true, checked: true, resetChange: true}},
+		{"allowed without spending", &prev, win, obs("memcached", 96_000, 101, 5), judgement{doubleGrant: true}},
+		{"allowed beyond the limit", &prev, &windowSeen{reset: 101, used: 29, allowed: 30}, obs("memcached", 96_000, 101, 30),
+			judgement{doubleGrant: true}},
+		{"Used above the limit", &prev, win, obs("memcached", 96_000, 101, 31), judgement{doubleGrant: true}},
+		{"binding limit changed", &prev, nil, member(obs("memcached", 96_000, 3600, 9), "core:600/h"), judgement{}},
+		{"honest denial", &prev, full, denied(obs("memcached", 96_000, 101, 30), 0, 0), judgement{}},
+		{"denial giving units back", &prev, full, denied(obs("memcached", 96_000, 101, 28), 0, 0),
+			judgement{doubleGrant: true}},
+		{"denial claiming remaining", &prev, full, denied(obs("memcached", 96_000, 101, 30), 3, 0),
 			judgement{quotaClaim: true}},
-		{"denial claiming r", nil, denied(obs(rollout.SideOld, 96_000, 101, 30), 0, 1), judgement{quotaClaim: true}},
-		{"degraded is not compared", &prev, degraded(obs(rollout.SideNew, 96_000, 0, 0)), judgement{}},
+		{"denial claiming r", nil, nil, denied(obs("memcached", 96_000, 101, 30), 0, 1), judgement{quotaClaim: true}},
+		{"degraded is not compared", &prev, win, degraded(obs("redis/a", 96_000, 0, 0)), judgement{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, judge(tc.prev, tc.cur))
+			assert.Equal(t, tc.want, judge(tc.prev, tc.win, tc.cur))
 		})
 	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestWindowSeen(t *testing.T) {
+	var w windowSeen
+	ok := func(reset, used int64) observation {
+		return observation{status: http.StatusOK, reset: reset, used: used}
+	}
+	w.add(ok(101, 1))
+	w.add(ok(101, 2))
+	w.add(observation{status: http.StatusTooManyRequests, reset: 101, used: 2})
+	assert.Equal(t, windowSeen{reset: 101, used: 2, allowed: 2}, w)
+	w.add(ok(111, 1))
+	assert.Equal(t, windowSeen{reset: 111, used: 1, allowed: 1}, w, "a new window starts over")
 }
 
 func TestReadObservation(t *testing.T) {
@@ -239,6 +333,7 @@ func TestReadObservation(t *testing.T) {
 	h := http.Header{}
 	h.Set(headerSide, "new")
 	h.Set(headerStore, "redis/b")
+	h.Set("X-RateLimit-Limit", "30")
 	h.Set("X-RateLimit-Reset", "1007")
 	h.Set("X-RateLimit-Used", "30")
 	h.Set("X-RateLimit-Remaining", "0")
@@ -248,14 +343,14 @@ func TestReadObservation(t *testing.T) {
 	o, err := readObservation(http.StatusTooManyRequests, h, now)
 	require.NoError(t, err)
 	assert.Equal(t, observation{status: 429, received: now, side: rollout.SideNew, store: "redis/b",
-		member: "core:30/10s", reset: 1007, used: 29}, o, "a denial's Used is the throttler's own")
+		member: "core:30/10s", limit: 30, reset: 1007, used: 29}, o, "a denial's Used is the throttler's own")
 
 	// A denial whose store still held quota is seen through the result
 	// headers, although the standard headers are forced to 0.
 	h.Set(headerResultRemaining, "5")
 	o, err = readObservation(http.StatusTooManyRequests, h, now)
 	require.NoError(t, err)
-	assert.True(t, judge(nil, o).quotaClaim)
+	assert.True(t, judge(nil, nil, o).quotaClaim)
 	for _, missing := range []string{headerResultRemaining, headerResultUsed} {
 		bad := h.Clone()
 		bad.Del(missing)
@@ -273,6 +368,7 @@ func TestReadObservation(t *testing.T) {
 
 	for name, mutate := range map[string]func(http.Header){
 		"no side":       func(h http.Header) { h.Del(headerSide) },
+		"no limit":      func(h http.Header) { h.Del("X-RateLimit-Limit") },
 		"no reset":      func(h http.Header) { h.Del("X-RateLimit-Reset") },
 		"bad used":      func(h http.Header) { h.Set("X-RateLimit-Used", "many") },
 		"bad RateLimit": func(h http.Header) { h.Set("RateLimit", `core;r=0`) },
@@ -308,52 +404,157 @@ func TestParseRateLimit(t *testing.T) {
 			assert.Equal(t, tc.r, r, tc.in)
 		}
 	}
+	assert.Equal(t, `"core:30/10s"`, sfString("core:30/10s"))
+	member, _, ok := parseRateLimit(sfString(`a"b\c`) + ";r=1")
+	assert.True(t, ok)
+	assert.Equal(t, `a"b\c`, member, "the legacy limiter's member names read back")
 }
 
-func TestJudgeRun(t *testing.T) {
+func TestJudgeMode(t *testing.T) {
 	cfg := demoConfig(true)
 	good := func(i, target, onNew int) phaseResult {
-		p := phaseResult{index: i, count: 2, target: target, totals: phaseTotals{active: 100}}
+		p := phaseResult{index: i, count: 3, warmUp: i == 0, target: target, totals: phaseTotals{active: 100}}
 		p.totals.ids = [2]int{100 - onNew, onNew}
 		p.totals.sides[0] = sideCounts{requests: 10, allowed: 7, denied: 3, moved: 1, checked: 1}
 		return p
 	}
-	v := judgeRun([]phaseResult{good(0, 0, 0), good(1, 50, 53)}, cfg, 100, 10, 2, "")
+	mirror := modeRun{mode: rollout.MirrorMode, clients: 100, abusive: 10, planned: 3}
+	v := judgeMode([]phaseResult{good(0, 0, 0), good(1, 0, 0), good(2, 50, 53)}, cfg, mirror)
 	assert.True(t, v.Pass, v.Line)
-	assert.True(t, strings.HasPrefix(v.Line, "VERDICT: PASS ("), v.Line)
+	assert.True(t, strings.HasPrefix(v.Line, "mirror mode: PASS (3 phases, warm-up → 0% → 50%: "), v.Line)
 
-	bad := good(1, 50, 60)
-	bad.totals.sides[1] = sideCounts{wobble: 2, quotaClaims: 1, degraded: 1}
+	bad := good(2, 50, 60)
+	bad.totals.sides[1] = sideCounts{resetChanges: 2, doubleGrants: 3, quotaClaims: 1, degraded: 1, moved: 4}
 	bad.totals.errors = 4
-	v = judgeRun([]phaseResult{good(0, 0, 0), bad}, cfg, 100, 10, 3, "")
+	v = judgeMode([]phaseResult{good(0, 0, 0), good(1, 0, 0), bad}, cfg, modeRun{mode: rollout.SplitMode, planned: 4})
 	assert.False(t, v.Pass)
 	assert.Equal(t, []string{
-		"X-RateLimit-Reset wobble (phase 2: 2)",
-		"denials claiming quota (phase 2: 1)",
-		"share on new backend (phase 2: 60.0%, target 50% ± 5)",
-		"no degraded responses (phase 2: 1)",
-		"no failed requests (phase 2: 4)",
-		"complete run (2 of 3 phases)",
+		"no ResetAt change (phase 3: 2, with 5 moves)",
+		"no double grant (phase 3: 3)",
+		"no denial claiming quota (phase 3: 1)",
+		"share on new backend (phase 3: 60.0%, target 50% ± 5)",
+		"no degraded responses (phase 3: 1)",
+		"no failed requests (phase 3: 4)",
+		"complete run (3 of 4 phases)",
 	}, v.Failures)
-	assert.True(t, strings.HasPrefix(v.Line, "VERDICT: FAIL: X-RateLimit-Reset wobble"), v.Line)
+	assert.True(t, strings.HasPrefix(v.Line, "split mode: FAIL: no ResetAt change"), v.Line)
 
 	quiet := good(0, 0, 0)
 	quiet.totals.sides[0].denied = 0
 	quiet.totals.sides[0].checked = 0
-	v = judgeRun([]phaseResult{quiet}, cfg, 100, 10, 1, "interrupted")
+	v = judgeMode([]phaseResult{quiet}, cfg, modeRun{mode: rollout.SplitMode, planned: 1, interrupted: "interrupted"})
 	assert.Equal(t, []string{
 		"allowed and denied in every phase (phase 1: 7 allowed, 0 denied)",
-		"restart check exercised (1 moves, none within an open window)",
+		"moves checked (1 moves, none within an open window)",
 		"complete run (interrupted after 1 of 1 phases)",
 	}, v.Failures)
 
 	// In mirror mode a shortfall or a failed write on the other store fails
-	// the run, whether or not a client checked the window it broke.
-	require.Equal(t, rollout.MirrorMode, cfg.Mode)
-	torn := good(1, 50, 53)
-	torn.stats.MirrorShortfalls, torn.stats.SecondaryErrors = 2, 1
-	v = judgeRun([]phaseResult{good(0, 0, 0), torn}, cfg, 100, 10, 2, "")
-	assert.Equal(t, []string{"mirror kept both stores counting (phase 2: 2 shortfalls, 1 secondary errors)"}, v.Failures)
+	// the run, whether or not a client checked the window it broke; so do
+	// writes that find the stores apart after the rollout's first phase.
+	torn := good(2, 50, 53)
+	torn.stats.MirrorShortfalls, torn.stats.SecondaryErrors, torn.stats.MirrorDiverged = 2, 1, 3
+	first := good(1, 0, 0)
+	first.stats.MirrorDiverged = 100 // the new store was empty
+	v = judgeMode([]phaseResult{good(0, 0, 0), first, torn}, cfg, mirror)
+	assert.Equal(t, []string{
+		"mirror kept both stores alike (phase 3: 2 shortfalls, 1 secondary errors)",
+		"mirror converged after the rollout's first phase (phase 3: 3 writes found the other store apart)",
+	}, v.Failures)
+
+	// Split mode must seed every move it looks up; legacy windows must be
+	// carried when clients started on the hand-written limiter.
+	unseeded := good(2, 50, 53)
+	unseeded.stats.SeedUnsupported, unseeded.legacy.SecondaryErrors = 5, 2
+	v = judgeMode([]phaseResult{good(0, 0, 0), good(1, 0, 0), unseeded}, cfg,
+		modeRun{mode: rollout.SplitMode, legacy: 50, planned: 3})
+	assert.Equal(t, []string{
+		"split mode seeded every move (phase 3: 5 lookups the serving store could not take, 0 failed reads)",
+		"legacy counters carried over (phase 3: 0 the old store could not take, 2 failed reads, " +
+			"50 clients started on the hand-written limiter, no window was carried)",
+	}, v.Failures)
+	off := cfg
+	off.Seeding = false
+	v = judgeMode([]phaseResult{good(0, 0, 0), good(1, 0, 0), unseeded}, off, modeRun{mode: rollout.SplitMode, planned: 3})
+	assert.Equal(t, []string{"legacy counters carried over (phase 3: 0 the old store could not take, 2 failed reads)"},
+		v.Failures, "without seeding, split mode's lookups are not judged")
+}
+
+func TestJudgeRun(t *testing.T) {
+	pass := func(m rollout.Mode) ModeVerdict {
+		return ModeVerdict{Mode: m, Pass: true, Line: m.String() + " mode: PASS (...)", requests: 100, moves: 10, checked: 4}
+	}
+	v := judgeRun([]ModeVerdict{pass(rollout.MirrorMode), pass(rollout.SplitMode)}, 2)
+	assert.True(t, v.Pass)
+	assert.Equal(t, "VERDICT: PASS (mirror and split modes, each from live windows on the old store: "+
+		"0 ResetAt changes and 0 double grants over 20 moves, 8 checked in an open window, in 200 responses)", v.Line)
+
+	failed := ModeVerdict{Mode: rollout.SplitMode, Failures: []string{"no double grant (phase 3: 1)"}}
+	v = judgeRun([]ModeVerdict{pass(rollout.MirrorMode), failed}, 2)
+	assert.False(t, v.Pass, "one failing mode fails the run")
+	assert.Equal(t, "VERDICT: FAIL: split mode: no double grant (phase 3: 1)", v.Line)
+
+	v = judgeRun([]ModeVerdict{pass(rollout.MirrorMode)}, 2)
+	assert.False(t, v.Pass, "a mode that did not run fails the run")
+	assert.Equal(t, []string{"complete run (1 of 2 modes)"}, v.Failures)
+}
+
+// TestLegacyLimiter runs the hand-written limiter on a real memcached and
+// reads its counters back through backend/legacy, as the deploy does: the
+// two must agree on the classic layout.
+func TestLegacyLimiter(t *testing.T) {
+	requireServers(t)
+	mc := localserver.MemcachedT(t, localserver.MemcachedOptions{})
+	client, err := memcachedbackend.NewClient(2*time.Second, mc.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
+	policy, err := throttler.ParsePolicy(resourceName, "600/h, 3/10s")
+	require.NoError(t, err)
+	lim := newLegacyLimiter(client, policy, newKeyPrefix(time.Now(), rollout.SplitMode))
+	require.NotNil(t, lim)
+	assert.Equal(t, "core:3/10s", lim.member)
+
+	// Whole seconds from now, so that the window is live for memcached's
+	// expiry too.
+	t0 := time.Now().Truncate(time.Second).Add(300 * time.Millisecond)
+	reset := t0.Add(10*time.Second).Unix() + 1
+	for i, want := range []legacyDecision{
+		{allowed: true, count: 1, reset: reset}, {allowed: true, count: 2, reset: reset},
+		{allowed: true, count: 3, reset: reset}, {allowed: false, count: 4, reset: reset},
+	} {
+		d, err := lim.allow(t0.Add(time.Duration(i)*time.Second), "alice")
+		require.NoError(t, err)
+		assert.Equal(t, want, d, "request %d", i+1)
+	}
+
+	reader, err := legacybackend.NewMemcached(client, lim.window, legacybackend.WithKeyFunc(lim.key))
+	require.NoError(t, err)
+	th, err := throttler.New(reader, throttler.WithClock(throttler.NewManualClock(t0.Add(5*time.Second))))
+	require.NoError(t, err)
+	r, err := th.Peek(context.Background(), policy, "alice")
+	require.NoError(t, err)
+	require.False(t, r.Degraded, "%v", r.Err)
+	assert.Equal(t, int64(3), r.Limits[1].Used, "the legacy count, as backend/legacy reads it (denials included, capped)")
+	assert.Equal(t, time.Unix(reset, 0), r.Limits[1].ResetAt, "the legacy window's end")
+	assert.Zero(t, r.Limits[0].Used, "the hand-written limiter knows no hourly limit")
+
+	// A window that has ended opens a new one at the next request.
+	d, err := lim.allow(time.Unix(reset, 0).Add(100*time.Millisecond), "alice")
+	require.NoError(t, err)
+	assert.Equal(t, legacyDecision{allowed: true, count: 1, reset: reset + 10 + 1}, d)
+}
+
+func TestOnLegacy(t *testing.T) {
+	n := 0
+	for i := range 200 {
+		token := fmt.Sprintf("demo-%04d", i)
+		assert.False(t, onLegacy(token, 0))
+		assert.True(t, onLegacy(token, 1))
+		if onLegacy(token, 0.5) {
+			n++
+		}
+	}
+	assert.InDelta(t, 100, n, 20, "about half the tokens")
 }
 
 func TestTable(t *testing.T) {

@@ -12,9 +12,12 @@ import (
 	"github.com/throttlekit/throttlekit/rollout"
 )
 
-// phaseResult is one finished phase of the ramp.
+// phaseResult is one finished phase: the warm-up or a step of the ramp.
 type phaseResult struct {
 	index, count int
+	// warmUp marks the phase before the deploy: the old store alone,
+	// through a plain throttler and the hand-written limiter.
+	warmUp bool
 	// target is the percentage on the new backend the flag source gave at
 	// the phase's end; seen lists every percentage it gave during the
 	// phase, in order (more than one only when Unleash changed mid-phase).
@@ -24,8 +27,11 @@ type phaseResult struct {
 	source   string
 	duration time.Duration
 	totals   phaseTotals
-	// stats is the rollout's counters over the phase.
-	stats rollout.Stats
+	// stats is the rollout's counters over the phase; legacy the counters
+	// of the rollout that carries the hand-written limiter's windows into
+	// the old store (zero without legacy clients).
+	stats  rollout.Stats
+	legacy rollout.Stats
 	// interrupted marks a phase a signal cut short.
 	interrupted bool
 }
@@ -39,8 +45,8 @@ func (p phaseResult) newShare() float64 {
 }
 
 // mismatches are the rollout's own comparisons that failed: mirror
-// shortfalls (the other store could not take all the units) and shadow
-// mismatches.
+// shortfalls (the other store could not take all the units, when it
+// replays instead of taking states) and shadow mismatches.
 func (p phaseResult) mismatches() uint64 {
 	return p.stats.MirrorShortfalls + p.stats.ShadowMismatches
 }
@@ -59,6 +65,10 @@ func statsDelta(after, before rollout.Stats) rollout.Stats {
 		DeniedAllowed:        after.DeniedAllowed - before.DeniedAllowed,
 		RemainingDiffers:     after.RemainingDiffers - before.RemainingDiffers,
 		ResetDiffers:         after.ResetDiffers - before.ResetDiffers,
+		MirrorDiverged:       after.MirrorDiverged - before.MirrorDiverged,
+		SeedChecks:           after.SeedChecks - before.SeedChecks,
+		Seeded:               after.Seeded - before.Seeded,
+		SeedUnsupported:      after.SeedUnsupported - before.SeedUnsupported,
 	}
 }
 
@@ -66,6 +76,9 @@ func statsDelta(after, before rollout.Stats) rollout.Stats {
 type reportNames struct {
 	sides [2]string
 	mode  rollout.Mode
+	// seeding says whether split mode seeds; legacy whether some clients
+	// started on the hand-written limiter.
+	seeding, legacy bool
 }
 
 // writePhase prints one phase's table.
@@ -80,33 +93,54 @@ func writePhase(w io.Writer, p phaseResult, names reportNames) {
 		describeTarget(p), secs, fmtInt(all.requests), fmtInt(int64(perSecond(all.requests, p.duration))))
 
 	var t table
-	t.row("backend", "ids", "share", "target", "allowed", "denied", "moved in", "checked", "restarts",
-		"wobble", "429+quota", "degraded", "errors")
+	t.row("backend", "ids", "share", "target", "allowed", "denied", "moved in", "checked", "reset changes",
+		"double grants", "429+quota", "degraded", "errors")
 	targets := [2]float64{100 - float64(p.target), float64(p.target)}
 	for side := range 2 {
 		s := p.totals.sides[side]
 		t.row(rollout.Side(side).String()+" "+names.sides[side], strconv.Itoa(p.totals.ids[side]),
 			share(p.totals.ids[side], p.totals.active), fmt.Sprintf("%.1f%%", targets[side]),
-			fmtInt(s.allowed), fmtInt(s.denied), fmtInt(s.moved), fmtInt(s.checked), fmtInt(s.restarts),
-			fmtInt(s.wobble), fmtInt(s.quotaClaims), fmtInt(s.degraded), "")
-		if side == int(rollout.SideNew) {
-			for _, store := range sortedKeys(p.totals.stores) {
-				if strings.Contains(store, "/") {
-					n := p.totals.stores[store]
-					t.row("  "+store, strconv.Itoa(n), share(n, p.totals.active))
-				}
+			fmtInt(s.allowed), fmtInt(s.denied), fmtInt(s.moved), fmtInt(s.checked), fmtInt(s.resetChanges),
+			fmtInt(s.doubleGrants), fmtInt(s.quotaClaims), fmtInt(s.degraded), "")
+		// The stores of the side: the shards of the new one, the legacy
+		// limiter beside the old one.
+		var stores []string
+		for _, store := range sortedKeys(p.totals.stores) {
+			if p.totals.storeSides[store] == rollout.Side(side) {
+				stores = append(stores, store)
+			}
+		}
+		if len(stores) > 1 || len(stores) == 1 && strings.Contains(stores[0], "/") {
+			for _, store := range stores {
+				n := p.totals.stores[store]
+				t.row("  "+store, strconv.Itoa(n), share(n, p.totals.active))
 			}
 		}
 	}
 	t.row("all", strconv.Itoa(p.totals.active), share(p.totals.active, p.totals.active), "",
-		fmtInt(all.allowed), fmtInt(all.denied), fmtInt(all.moved), fmtInt(all.checked), fmtInt(all.restarts),
-		fmtInt(all.wobble), fmtInt(all.quotaClaims), fmtInt(all.degraded), fmtInt(p.totals.errors))
+		fmtInt(all.allowed), fmtInt(all.denied), fmtInt(all.moved), fmtInt(all.checked), fmtInt(all.resetChanges),
+		fmtInt(all.doubleGrants), fmtInt(all.quotaClaims), fmtInt(all.degraded), fmtInt(p.totals.errors))
 	t.write(w, "  ")
-	fmt.Fprintf(w, "  rollout %s: %s\n", names.mode, describeStats(p.stats, names.mode))
+	if p.warmUp {
+		line := "  no rollout yet: a plain throttler over the old store"
+		if names.legacy {
+			line += ", and the hand-written limiter for the legacy clients"
+		}
+		fmt.Fprintln(w, line)
+		return
+	}
+	fmt.Fprintf(w, "  rollout %s: %s\n", names.mode, describeStats(p.stats, names))
+	if lg := p.legacy; names.legacy && lg.SeedChecks+lg.SecondaryErrors+lg.SeedUnsupported > 0 {
+		fmt.Fprintf(w, "  legacy counters: %s identifiers looked up, %s windows carried into the old store · %s errors\n",
+			fmtUint(lg.SeedChecks), fmtUint(lg.Seeded), fmtUint(lg.SecondaryErrors+lg.SeedUnsupported))
+	}
 }
 
 // describeTarget says what the flag source asked for during the phase.
 func describeTarget(p phaseResult) string {
+	if p.warmUp {
+		return "warm-up on the old store alone, before the deploy"
+	}
 	s := fmt.Sprintf("%d%% on new (%s)", p.target, p.source)
 	if p.source == "unleash" {
 		s = fmt.Sprintf("Unleash says %d%% on new", p.target)
@@ -122,50 +156,89 @@ func describeTarget(p phaseResult) string {
 }
 
 // describeStats prints the rollout counters the mode produces.
-func describeStats(s rollout.Stats, mode rollout.Mode) string {
-	switch mode {
+func describeStats(s rollout.Stats, names reportNames) string {
+	switch names.mode {
 	case rollout.MirrorMode:
-		return fmt.Sprintf("%s decisions mirrored to the other store · %s shortfalls (%s units) · %s secondary errors",
-			fmtUint(s.Mirrored), fmtUint(s.MirrorShortfalls), fmtUint(s.MirrorShortfallUnits), fmtUint(s.SecondaryErrors))
+		line := fmt.Sprintf("%s decisions written to the other store, %s finding it apart (0 once the stores have converged) · "+
+			"%s secondary errors", fmtUint(s.Mirrored), fmtUint(s.MirrorDiverged), fmtUint(s.SecondaryErrors))
+		if s.MirrorShortfalls > 0 {
+			line += fmt.Sprintf(" · %s shortfalls (%s units) replaying on a store that cannot take states",
+				fmtUint(s.MirrorShortfalls), fmtUint(s.MirrorShortfallUnits))
+		}
+		return line
 	case rollout.ShadowMode:
 		return fmt.Sprintf("%s decisions compared · %s mismatches (allowed/denied %s, denied/allowed %s, remaining %s, reset %s) · %s secondary errors",
 			fmtUint(s.ShadowCompared), fmtUint(s.ShadowMismatches), fmtUint(s.AllowedDenied), fmtUint(s.DeniedAllowed),
 			fmtUint(s.RemainingDiffers), fmtUint(s.ResetDiffers), fmtUint(s.SecondaryErrors))
 	}
-	return "no comparisons in split mode (each identifier's requests go to one store only)"
+	if !names.seeding {
+		return "seeding off: a moved identifier starts afresh on its new store"
+	}
+	return fmt.Sprintf("%s identifiers looked up on the other store, %s seeded from it · %s unsupported · %s read errors",
+		fmtUint(s.SeedChecks), fmtUint(s.Seeded), fmtUint(s.SeedUnsupported), fmtUint(s.SecondaryErrors))
 }
 
 // writeSummary prints one row per phase.
-func writeSummary(w io.Writer, results []phaseResult) {
-	fmt.Fprintf(w, "\nsummary\n")
+func writeSummary(w io.Writer, mode rollout.Mode, results []phaseResult) {
+	fmt.Fprintf(w, "\nsummary, %s mode\n", mode)
 	var t table
-	t.row("phase", "target", "on new", "allowed", "denied", "mismatches", "moved", "checked", "restarts",
-		"wobble", "429+quota", "degraded", "errors")
+	t.row("phase", "target", "on new", "allowed", "denied", "moved", "checked", "reset changes", "double grants",
+		"429+quota", "mismatches", "degraded", "errors")
 	for _, p := range results {
 		all := p.totals.all()
-		t.row(fmt.Sprintf("%d/%d", p.index+1, p.count), fmt.Sprintf("%d%%", p.target),
-			fmt.Sprintf("%.1f%%", p.newShare()), fmtInt(all.allowed), fmtInt(all.denied), fmtUint(p.mismatches()),
-			fmtInt(all.moved), fmtInt(all.checked), fmtInt(all.restarts), fmtInt(all.wobble), fmtInt(all.quotaClaims),
-			fmtInt(all.degraded), fmtInt(p.totals.errors))
+		target := fmt.Sprintf("%d%%", p.target)
+		if p.warmUp {
+			target = "warm-up"
+		}
+		t.row(fmt.Sprintf("%d/%d", p.index+1, p.count), target, fmt.Sprintf("%.1f%%", p.newShare()),
+			fmtInt(all.allowed), fmtInt(all.denied), fmtInt(all.moved), fmtInt(all.checked), fmtInt(all.resetChanges),
+			fmtInt(all.doubleGrants), fmtInt(all.quotaClaims), fmtUint(p.mismatches()), fmtInt(all.degraded),
+			fmtInt(p.totals.errors))
 	}
 	t.write(w, "  ")
 }
 
-// Verdict is the outcome of a run.
+// Verdict is the outcome of a run: every mode's, and overall.
 type Verdict struct {
+	// Pass reports that every invariant held in every mode.
+	Pass bool
+	// Failures names each broken invariant, with its mode and the phases
+	// it broke in.
+	Failures []string
+	// Line is the VERDICT line.
+	Line string
+	// Modes holds each mode's verdict, in the order run.
+	Modes []ModeVerdict
+}
+
+// ModeVerdict is the outcome of one mode's run.
+type ModeVerdict struct {
+	// Mode is the rollout mode run.
+	Mode rollout.Mode
 	// Pass reports that every invariant held.
 	Pass bool
 	// Failures names each broken invariant with the phases it broke in.
 	Failures []string
-	// Line is the VERDICT line.
+	// Line is the mode's verdict line, "mirror mode: PASS (...)".
 	Line string
+	// requests, moves and checked are the run's figures, for the overall
+	// line.
+	requests, moves, checked int64
 }
 
-// judgeRun checks every invariant over the phases run; planned is the
-// number of phases the ramp has, interrupted says why the run stopped
-// early (empty when it did not).
-func judgeRun(results []phaseResult, cfg Config, clients, abusive, planned int, interrupted string) Verdict {
-	var failures []string
+// modeRun is what judgeMode needs beyond the phases: the run's shape.
+type modeRun struct {
+	mode rollout.Mode
+	// clients, abusive and legacy count the clients of each kind.
+	clients, abusive, legacy int
+	// planned is the number of phases, warm-up included; interrupted says
+	// why the run stopped early (empty when it did not).
+	planned     int
+	interrupted string
+}
+
+// judgeMode checks every invariant over one mode's phases.
+func judgeMode(results []phaseResult, cfg Config, run modeRun) ModeVerdict {
 	broken := map[string][]string{}
 	var order []string
 	fail := func(invariant, detail string) {
@@ -175,20 +248,20 @@ func judgeRun(results []phaseResult, cfg Config, clients, abusive, planned int, 
 		broken[invariant] = append(broken[invariant], detail)
 	}
 	var total sideCounts
-	var errs int64
+	var carried uint64
 	for _, p := range results {
 		all := p.totals.all()
 		total.add(all)
-		errs += p.totals.errors
+		carried += p.legacy.Seeded
 		ph := fmt.Sprintf("phase %d", p.index+1)
-		if all.wobble > 0 {
-			fail("X-RateLimit-Reset wobble", fmt.Sprintf("%s: %d", ph, all.wobble))
+		if all.resetChanges > 0 {
+			fail("no ResetAt change", fmt.Sprintf("%s: %d, with %d moves", ph, all.resetChanges, all.moved))
+		}
+		if all.doubleGrants > 0 {
+			fail("no double grant", fmt.Sprintf("%s: %d", ph, all.doubleGrants))
 		}
 		if all.quotaClaims > 0 {
-			fail("denials claiming quota", fmt.Sprintf("%s: %d", ph, all.quotaClaims))
-		}
-		if all.restarts > 0 {
-			fail("windows restarted on move", fmt.Sprintf("%s: %d of %d moves", ph, all.restarts, all.moved))
+			fail("no denial claiming quota", fmt.Sprintf("%s: %d", ph, all.quotaClaims))
 		}
 		if got := p.newShare(); p.totals.active == 0 || math.Abs(got-float64(p.target)) > cfg.Tolerance {
 			fail("share on new backend", fmt.Sprintf("%s: %.1f%%, target %d%% ± %g", ph, got, p.target, cfg.Tolerance))
@@ -202,55 +275,120 @@ func judgeRun(results []phaseResult, cfg Config, clients, abusive, planned int, 
 		if p.totals.errors > 0 {
 			fail("no failed requests", fmt.Sprintf("%s: %d", ph, p.totals.errors))
 		}
-		// Mirror mode keeps both stores counting; a shortfall or a failed
-		// write on the other store is a window that would restart on the
-		// next move, whether or not a client happened to check it.
-		if cfg.Mode == rollout.MirrorMode && (p.stats.MirrorShortfalls > 0 || p.stats.SecondaryErrors > 0) {
-			fail("mirror kept both stores counting", fmt.Sprintf("%s: %d shortfalls, %d secondary errors",
-				ph, p.stats.MirrorShortfalls, p.stats.SecondaryErrors))
+		st := p.stats
+		switch {
+		case run.mode == rollout.MirrorMode && (st.MirrorShortfalls > 0 || st.SecondaryErrors > 0):
+			// A shortfall or a failed write on the other store is a window
+			// that would restart on the next move, checked by a client or
+			// not.
+			fail("mirror kept both stores alike", fmt.Sprintf("%s: %d shortfalls, %d secondary errors",
+				ph, st.MirrorShortfalls, st.SecondaryErrors))
+		case run.mode == rollout.SplitMode && cfg.Seeding && (st.SeedUnsupported > 0 || st.SecondaryErrors > 0):
+			fail("split mode seeded every move", fmt.Sprintf("%s: %d lookups the serving store could not take, %d failed reads",
+				ph, st.SeedUnsupported, st.SecondaryErrors))
+		}
+		// Mirroring begins at the deploy, with the new store empty: the
+		// first mirrored write of each identifier finds it apart, and
+		// after that none should (item 2 of issue 20: the stores converge
+		// whenever mirroring began).
+		if run.mode == rollout.MirrorMode && !p.warmUp && p.index > 1 && st.MirrorDiverged > 0 {
+			fail("mirror converged after the rollout's first phase", fmt.Sprintf("%s: %d writes found the other store apart",
+				ph, st.MirrorDiverged))
+		}
+		if lg := p.legacy; lg.SeedUnsupported > 0 || lg.SecondaryErrors > 0 {
+			fail("legacy counters carried over", fmt.Sprintf("%s: %d the old store could not take, %d failed reads",
+				ph, lg.SeedUnsupported, lg.SecondaryErrors))
 		}
 	}
 	if total.moved > 0 && total.checked == 0 {
-		fail("restart check exercised", fmt.Sprintf("%d moves, none within an open window", total.moved))
+		fail("moves checked", fmt.Sprintf("%d moves, none within an open window", total.moved))
 	}
-	if interrupted != "" {
-		fail("complete run", fmt.Sprintf("%s after %d of %d phases", interrupted, len(results), planned))
-	} else if len(results) < planned {
-		fail("complete run", fmt.Sprintf("%d of %d phases", len(results), planned))
+	if run.legacy > 0 && len(results) > 1 && carried == 0 {
+		fail("legacy counters carried over", fmt.Sprintf("%d clients started on the hand-written limiter, no window was carried", run.legacy))
 	}
+	if run.interrupted != "" {
+		fail("complete run", fmt.Sprintf("%s after %d of %d phases", run.interrupted, len(results), run.planned))
+	} else if len(results) < run.planned {
+		fail("complete run", fmt.Sprintf("%d of %d phases", len(results), run.planned))
+	}
+	v := ModeVerdict{Mode: run.mode, requests: total.requests, moves: total.moved, checked: total.checked}
 	for _, inv := range order {
-		failures = append(failures, inv+" ("+strings.Join(broken[inv], ", ")+")")
+		v.Failures = append(v.Failures, inv+" ("+strings.Join(broken[inv], ", ")+")")
 	}
-	if len(failures) > 0 {
-		return Verdict{Failures: failures, Line: "VERDICT: FAIL: " + strings.Join(failures, "; ")}
+	if len(v.Failures) > 0 {
+		v.Line = fmt.Sprintf("%s mode: FAIL: %s", run.mode, strings.Join(v.Failures, "; "))
+		return v
 	}
-	targets := make([]string, len(results))
-	for i, p := range results {
-		targets[i] = strconv.Itoa(p.target) + "%"
+	targets := []string{"warm-up"}
+	for _, p := range results {
+		if !p.warmUp {
+			targets = append(targets, strconv.Itoa(p.target)+"%")
+		}
 	}
-	line := fmt.Sprintf("VERDICT: PASS (%d phases, %s responses from %d clients, %d abusive: "+
-		"0 Reset wobble, 0 denials claiming quota, 0 restarts on %s moves (%s checked in an open window), "+
-		"share on new within %g points of %s, allowed and denied in every phase, 0 degraded, 0 failed%s)",
-		len(results), fmtInt(total.requests), clients, abusive, fmtInt(total.moved), fmtInt(total.checked),
-		cfg.Tolerance, strings.Join(targets, " → "), mirrorClause(cfg.Mode))
-	return Verdict{Pass: true, Line: line}
+	legacy := ""
+	if run.legacy > 0 {
+		legacy = fmt.Sprintf(", %d on the hand-written limiter first (%s legacy windows carried over)", run.legacy, fmtUint(carried))
+	}
+	v.Pass = true
+	v.Line = fmt.Sprintf("%s mode: PASS (%d phases, %s: %s responses from %d clients, %d abusive%s; "+
+		"0 ResetAt changes and 0 double grants over %s moves, %s checked in an open window; 0 denials claiming quota; "+
+		"share on new within %g points of target; allowed and denied in every phase; 0 degraded, 0 failed%s)",
+		run.mode, len(results), strings.Join(targets, " → "), fmtInt(total.requests), run.clients, run.abusive, legacy,
+		fmtInt(total.moved), fmtInt(total.checked), cfg.Tolerance, modeClause(run.mode, cfg.Seeding))
+	return v
 }
 
-// mirrorClause is the verdict's words on mirroring, in mirror mode.
-func mirrorClause(m rollout.Mode) string {
-	if m == rollout.MirrorMode {
-		return ", 0 mirror shortfalls or secondary errors"
+// modeClause is the verdict's words on what the mode adds.
+func modeClause(m rollout.Mode, seeding bool) string {
+	switch {
+	case m == rollout.MirrorMode:
+		return "; 0 mirror shortfalls or secondary errors, the stores alike from the rollout's second phase on"
+	case m == rollout.SplitMode && seeding:
+		return "; every lookup seeded, 0 read errors"
 	}
 	return ""
+}
+
+// judgeRun joins the verdicts of the modes run; planned is the number of
+// modes the run was to go through.
+func judgeRun(modes []ModeVerdict, planned int) Verdict {
+	v := Verdict{Modes: modes, Pass: len(modes) == planned}
+	var names []string
+	var requests, moves, checked int64
+	for _, m := range modes {
+		names = append(names, m.Mode.String())
+		requests, moves, checked = requests+m.requests, moves+m.moves, checked+m.checked
+		if !m.Pass {
+			v.Pass = false
+			for _, f := range m.Failures {
+				v.Failures = append(v.Failures, m.Mode.String()+" mode: "+f)
+			}
+		}
+	}
+	if len(modes) < planned {
+		v.Failures = append(v.Failures, fmt.Sprintf("complete run (%d of %d modes)", len(modes), planned))
+	}
+	if !v.Pass {
+		v.Line = "VERDICT: FAIL: " + strings.Join(v.Failures, "; ")
+		return v
+	}
+	what := names[0] + " mode"
+	if len(names) > 1 {
+		what = strings.Join(names, " and ") + " modes"
+	}
+	v.Line = fmt.Sprintf("VERDICT: PASS (%s, each from live windows on the old store: "+
+		"0 ResetAt changes and 0 double grants over %s moves, %s checked in an open window, in %s responses)",
+		what, fmtInt(moves), fmtInt(checked), fmtInt(requests))
+	return v
 }
 
 // progressLine is the one-line state of the phase under way.
 func progressLine(index, count, target int, elapsed time.Duration, t phaseTotals, rate float64) string {
 	all := t.all()
 	return fmt.Sprintf("  [%d/%d %3d%%] %5.1fs %5.0f req/s · allowed %s · denied %s · ids on new %d/%d · "+
-		"moved %d · restarts %d · wobble %d · 429+quota %d · degraded %d · errors %d",
+		"moved %d · reset changes %d · double grants %d · 429+quota %d · degraded %d · errors %d",
 		index+1, count, target, elapsed.Seconds(), rate, fmtInt(all.allowed), fmtInt(all.denied),
-		t.ids[rollout.SideNew], t.active, all.moved, all.restarts, all.wobble, all.quotaClaims, all.degraded, t.errors)
+		t.ids[rollout.SideNew], t.active, all.moved, all.resetChanges, all.doubleGrants, all.quotaClaims, all.degraded, t.errors)
 }
 
 // table prints rows with aligned columns: the first left-aligned, the

@@ -11,10 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/throttlekit/throttlekit/rollout/unleashflag"
-
 	"github.com/Unleash/unleash-client-go/v4"
+
+	legacybackend "github.com/throttlekit/throttlekit/backend/legacy"
 	"github.com/throttlekit/throttlekit/rollout"
+	"github.com/throttlekit/throttlekit/rollout/unleashflag"
 	"github.com/throttlekit/throttlekit/throttler"
 )
 
@@ -46,11 +47,12 @@ func (f flagSource) percent() int {
 	return 0
 }
 
-// run is the whole demo: it opens the stores, serves the API, ramps the
-// rollout through cfg.Ramp while the load generator runs, prints a table
-// per phase and the verdict to out, and stops everything it started. An
-// error means the demo could not run at all (missing servers, bad
-// configuration); a run that went wrong is a failing Verdict.
+// run is the whole demo: it starts the servers (or checks those named),
+// runs every mode of cfg.Modes one after another on fresh keys (see
+// runMode), prints a verdict per mode and the overall verdict to out, and
+// stops everything it started. An error means the demo could not run at
+// all (missing servers, bad configuration); a run that went wrong is a
+// failing Verdict.
 func run(ctx context.Context, cfg Config, out io.Writer) (Verdict, error) {
 	if err := cfg.validate(); err != nil {
 		return Verdict{}, err
@@ -60,24 +62,23 @@ func run(ctx context.Context, cfg Config, out io.Writer) (Verdict, error) {
 		return Verdict{}, err
 	}
 	started := time.Now()
-	st, err := openStores(ctx, cfg, newKeyPrefix(started))
+	srv, err := openServers(cfg)
 	if err != nil {
 		return Verdict{}, err
 	}
 	defer func() {
-		if err := st.Close(); err != nil {
-			fmt.Fprintf(out, "migrate-demo: stopping the stores: %v\n", err)
+		if err := srv.Close(); err != nil {
+			fmt.Fprintf(out, "migrate-demo: stopping the servers: %v\n", err)
 		}
 	}()
 	journey := "memcached to sharded Redis"
 	if cfg.Embedded {
 		journey = "memory to sharded memory (-embedded)"
 	}
-	fmt.Fprintf(out, "migrate-demo: moving rate-limit state from %s, %s mode, %d phases of %s\n",
-		journey, cfg.Mode, len(cfg.Ramp), cfg.PhaseDuration)
-	for _, line := range st.description {
-		fmt.Fprintln(out, "  "+line)
-	}
+	fmt.Fprintf(out, "migrate-demo: moving live rate-limit windows from %s, in %s mode; each mode: a warm-up of %s "+
+		"on the old store alone, then the rollout, %d phases of %s\n",
+		journey, strings.Join(strings.Split(joinModes(cfg.Modes), ","), " then "), cfg.warmUp(policy).Round(time.Millisecond),
+		len(cfg.Ramp), cfg.PhaseDuration)
 
 	source, err := openFlagSource(ctx, cfg, out)
 	if err != nil {
@@ -87,30 +88,113 @@ func run(ctx context.Context, cfg Config, out io.Writer) (Verdict, error) {
 		defer source.unleash.Close()
 	}
 
-	var secondary errorSamples
-	rb, err := rollout.New(st.old, st.new, source, rollout.WithMode(cfg.Mode),
+	var modes []ModeVerdict
+	for _, mode := range cfg.Modes {
+		mv, err := runMode(ctx, cfg, mode, srv, source, policy, out)
+		if err != nil {
+			return Verdict{}, err
+		}
+		modes = append(modes, mv)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	v := judgeRun(modes, len(cfg.Modes))
+	fmt.Fprintf(out, "\nrun time %.1f s\n", time.Since(started).Seconds())
+	for _, m := range modes {
+		fmt.Fprintln(out, m.Line)
+	}
+	fmt.Fprintln(out, v.Line)
+	return v, nil
+}
+
+// runMode runs one mode on keys of its own. The API first runs on the old
+// store alone for the warm-up, clients calling: a plain throttler over the
+// old store, and for the legacy clients the hand-written limiter (on
+// memcached only). Then the rollout is deployed in one step: a
+// rollout.Backend in mode from the old store to the new one, whose old
+// side, when there are legacy clients, is itself a split rollout at 100 %
+// from the legacy counters (backend/legacy, read-only) to the old store,
+// which carries each legacy window into the old store at the identifier's
+// first decision. The ramp then runs while the clients keep calling. It
+// prints a table per phase, the mode's summary and its verdict line.
+func runMode(ctx context.Context, cfg Config, mode rollout.Mode, srv *servers, source flagSource,
+	policy *throttler.Policy, out io.Writer) (ModeVerdict, error) {
+	started := time.Now()
+	prefix := newKeyPrefix(started, mode)
+	st, err := srv.openStores(ctx, cfg, prefix)
+	if err != nil {
+		return ModeVerdict{}, err
+	}
+	defer func() {
+		if err := st.Close(); err != nil {
+			fmt.Fprintf(out, "migrate-demo: closing the stores: %v\n", err)
+		}
+	}()
+	fmt.Fprintf(out, "\n== %s mode, keys %s* ==\n", mode, prefix)
+	for _, line := range st.description {
+		fmt.Fprintln(out, "  "+line)
+	}
+
+	var secondary, legacyErrs errorSamples
+	oldSide := st.old
+	var legacy *legacyLimiter
+	var carrier *rollout.Backend
+	if st.client != nil && cfg.LegacyShare > 0 {
+		legacy = newLegacyLimiter(st.client, policy, prefix)
+	}
+	if legacy != nil {
+		reader, err := legacybackend.NewMemcached(st.client, legacy.window, legacybackend.WithKeyFunc(legacy.key))
+		if err != nil {
+			return ModeVerdict{}, err
+		}
+		all, err := rollout.NewStaticSource(100, rollout.WithStaticGroupID("throttlekit-legacy"))
+		if err != nil {
+			return ModeVerdict{}, err
+		}
+		carrier, err = rollout.New(reader, st.old, all, rollout.WithSecondaryErrorHandler(legacyErrs.add))
+		if err != nil {
+			return ModeVerdict{}, err
+		}
+		oldSide = carrier
+		fmt.Fprintf(out, "  legacy: a hand-written limiter counts %q in memcached (INCR %s:rl:<id>, %s) until the deploy; "+
+			"then backend/legacy reads its counters, through a split rollout at 100%% into the old store\n",
+			legacy.member, prefix, "<key>"+legacybackend.ResetSuffix+" in Unix seconds")
+	}
+	rb, err := rollout.New(oldSide, st.new, source, rollout.WithMode(mode), rollout.WithSeeding(cfg.Seeding),
 		rollout.WithSecondaryErrorHandler(secondary.add))
 	if err != nil {
-		return Verdict{}, err
+		return ModeVerdict{}, err
 	}
 	var backendErrs errorSamples
-	th, err := throttler.New(rb, // a real run on the wall clock
+	opts := []throttler.Option{ // a real run on the wall clock
 		throttler.WithCallTimeout(cfg.CallTimeout),
 		throttler.WithObserver(throttler.ObserverFunc(func(_ context.Context, e throttler.Event) {
 			if e.Err != nil {
 				backendErrs.add(e.Err)
 			}
-		})))
-	if err != nil {
-		return Verdict{}, err
+		})),
 	}
-	handler, err := newAPI(th, policy)
+	plain, err := throttler.New(st.old, opts...)
 	if err != nil {
-		return Verdict{}, err
+		return ModeVerdict{}, err
 	}
-	api, err := startAPI(handler)
+	th, err := throttler.New(rb, opts...)
 	if err != nil {
-		return Verdict{}, err
+		return ModeVerdict{}, err
+	}
+	plainAPI, err := newAPI(plain, policy)
+	if err != nil {
+		return ModeVerdict{}, err
+	}
+	rolloutAPI, err := newAPI(th, policy)
+	if err != nil {
+		return ModeVerdict{}, err
+	}
+	dep := newDeployment(warmUpAPI(plainAPI, legacy, cfg.LegacyShare))
+	api, err := startAPI(dep)
+	if err != nil {
+		return ModeVerdict{}, err
 	}
 	defer func() {
 		if err := api.Close(); err != nil {
@@ -118,22 +202,28 @@ func run(ctx context.Context, cfg Config, out io.Writer) (Verdict, error) {
 		}
 	}()
 
-	// Start the clients over the shortest window (within the first phase),
-	// so that their windows are out of step and phase boundaries, where
-	// identifiers move, fall at every point of a window.
-	stagger := min(policy.Limits()[0].Window, cfg.PhaseDuration/2)
-	for _, l := range policy.Limits() {
-		stagger = min(stagger, l.Window)
-	}
-	lg := newLoad(cfg, api.URL(), len(cfg.Ramp), stagger)
+	// Clients start one after another over most of the warm-up, so that
+	// their windows, which open at each identifier's first request, are out
+	// of step: the deploy and every later step fall at every point of a
+	// window, and every client holds an open window when the deploy comes.
+	warm := cfg.warmUp(policy)
+	stagger := warm * 4 / 5
+	lg := newLoad(cfg, api.URL(), 1+len(cfg.Ramp), stagger, func(token string) bool {
+		return legacy != nil && onLegacy(token, cfg.LegacyShare)
+	})
 	fmt.Fprintf(out, "  api: %s, policy %q, per SHA-256 of the Authorization token\n", api.URL(), policy.String())
-	fmt.Fprintf(out, "  load: %d clients over loopback HTTP, %d abusive at %g req/s, the others at %g req/s; ramp %s (%s)\n",
-		len(lg.clients), lg.abusive(), cfg.AbusiveRate, cfg.NormalRate, describeRamp(cfg, source), source.name())
+	start := "all start on the old store"
+	if n := lg.legacy(); n > 0 {
+		start = fmt.Sprintf("%d start on the hand-written limiter, the others on the old store", n)
+	}
+	fmt.Fprintf(out, "  load: %d clients over loopback HTTP, %d abusive at %g req/s, the others at %g req/s; %s; "+
+		"warm-up %s, then the ramp %s (%s)\n", len(lg.clients), lg.abusive(), cfg.AbusiveRate, cfg.NormalRate, start,
+		warm.Round(time.Millisecond), describeRamp(cfg, source), source.name())
 	fmt.Fprintf(out, "  setup took %.1f s\n", time.Since(started).Seconds())
 
 	// Clients stop at the end of the ramp, or earlier on a signal; each is
 	// also bounded in count, with room for jitter.
-	total := time.Duration(len(cfg.Ramp)) * cfg.PhaseDuration
+	total := warm + time.Duration(len(cfg.Ramp))*cfg.PhaseDuration
 	maxRequests := int(total.Seconds()*max(cfg.NormalRate, cfg.AbusiveRate)*2) + 10
 	loadCtx, stopLoad := context.WithTimeout(ctx, total+5*time.Second)
 	var loadDone sync.WaitGroup
@@ -142,35 +232,50 @@ func run(ctx context.Context, cfg Config, out io.Writer) (Verdict, error) {
 		defer loadDone.Done()
 		lg.run(loadCtx, maxRequests)
 	}()
-	// Whatever way run returns, no client outlives it.
+	// Whatever way runMode returns, no client outlives it.
 	defer func() {
 		stopLoad()
 		loadDone.Wait()
 	}()
 
-	names := reportNames{mode: cfg.Mode, sides: [2]string{"memcached", "redis"}}
+	names := reportNames{mode: mode, sides: [2]string{"memcached", "redis"}, seeding: cfg.Seeding, legacy: legacy != nil}
 	if cfg.Embedded {
 		names.sides = [2]string{"memory", "memory (sharded)"}
 	}
+	count := 1 + len(cfg.Ramp)
 	var results []phaseResult
 	interrupted := ""
-	before := rb.Stats()
-	for i, percent := range cfg.Ramp {
-		// Records move to the new phase before the split changes, so
-		// that nothing counted in the old phase was decided by the new
-		// split (see load.collect).
+	var before, legacyBefore rollout.Stats
+	for i := 0; i < count; i++ {
+		warmUp := i == 0
+		duration := cfg.PhaseDuration
+		percent := source.percent
+		// Records move to the new phase before the split changes (or the
+		// rollout is deployed), so that nothing counted in the old phase
+		// was decided by the new split (see load.collect).
 		lg.setPhase(i)
-		if source.static != nil {
-			if err := source.static.Set(percent); err != nil {
-				return Verdict{}, err
+		switch {
+		case warmUp:
+			duration, percent = warm, func() int { return 0 }
+		case source.static != nil:
+			if err := source.static.Set(cfg.Ramp[i-1]); err != nil {
+				return ModeVerdict{}, err
 			}
 		}
-		res, ok := runPhase(ctx, cfg, lg, source, i, out)
+		if i == 1 {
+			dep.deploy(rolloutAPI)
+		}
+		res, ok := runPhase(ctx, cfg, lg, percent, i, count, duration, out)
 		lg.setPhase(i + 1)
+		res.warmUp = warmUp
 		res.totals = lg.collect(i)
 		after := rb.Stats()
 		res.stats, before = statsDelta(after, before), after
-		res.target, res.source = source.percent(), source.name()
+		if carrier != nil {
+			after := carrier.Stats()
+			res.legacy, legacyBefore = statsDelta(after, legacyBefore), after
+		}
+		res.target, res.source = percent(), source.name()
 		if !ok {
 			// Shown for what it is worth, but judged on nothing: a phase
 			// cut short has not had time to show its share or its
@@ -186,9 +291,9 @@ func run(ctx context.Context, cfg Config, out io.Writer) (Verdict, error) {
 	stopLoad()
 	loadDone.Wait()
 
-	writeSummary(out, results)
-	if st.legacy != nil {
-		ms := st.legacy.Stats()
+	writeSummary(out, mode, results)
+	if st.memcached != nil {
+		ms := st.memcached.Stats()
 		fmt.Fprintf(out, "  memcached backend: %s round trips · %s CAS conflicts · %s windows lost to eviction · "+
 			"%s rollback failures · %s calls out of CAS retries\n", fmtUint(ms.RoundTrips), fmtUint(ms.CASConflicts),
 			fmtUint(ms.WindowsLost), fmtUint(ms.RollbackFailures), fmtUint(ms.RetriesExhausted))
@@ -197,7 +302,7 @@ func run(ctx context.Context, cfg Config, out io.Writer) (Verdict, error) {
 		title   string
 		samples *errorSamples
 	}{{"broken invariants", &lg.evidence}, {"failed requests", &lg.samples}, {"backend errors", &backendErrs},
-		{"secondary store errors", &secondary}} {
+		{"other store errors", &secondary}, {"legacy counter errors", &legacyErrs}} {
 		if list := s.samples.list(); len(list) > 0 {
 			fmt.Fprintf(out, "  %s (first examples):\n", s.title)
 			for _, msg := range list {
@@ -205,17 +310,24 @@ func run(ctx context.Context, cfg Config, out io.Writer) (Verdict, error) {
 			}
 		}
 	}
-	v := judgeRun(results, cfg, len(lg.clients), lg.abusive(), len(cfg.Ramp), interrupted)
-	fmt.Fprintf(out, "\nrun time %.1f s\n%s\n", time.Since(started).Seconds(), v.Line)
+	v := judgeMode(results, cfg, modeRun{mode: mode, clients: len(lg.clients), abusive: lg.abusive(),
+		legacy: lg.legacy(), planned: count, interrupted: interrupted})
+	outcome := "PASS"
+	if !v.Pass {
+		outcome = "FAIL (the reasons close the run)"
+	}
+	fmt.Fprintf(out, "\n%s mode: %s, in %.1f s\n", mode, outcome, time.Since(started).Seconds())
 	return v, nil
 }
 
-// runPhase lets the load run for one phase, printing progress. It reports
+// runPhase lets the load run for one phase of length d, printing
+// progress; percent says the share on the new side in force. It reports
 // false when ctx ended first.
-func runPhase(ctx context.Context, cfg Config, lg *load, source flagSource, i int, out io.Writer) (phaseResult, bool) {
-	res := phaseResult{index: i, count: len(cfg.Ramp)}
+func runPhase(ctx context.Context, cfg Config, lg *load, percent func() int, i, count int, d time.Duration,
+	out io.Writer) (phaseResult, bool) {
+	res := phaseResult{index: i, count: count}
 	start := time.Now()
-	end := time.NewTimer(cfg.PhaseDuration)
+	end := time.NewTimer(d)
 	defer end.Stop()
 	var tick <-chan time.Time
 	if cfg.Progress > 0 {
@@ -224,7 +336,7 @@ func runPhase(ctx context.Context, cfg Config, lg *load, source flagSource, i in
 		tick = ticker.C
 	}
 	see := func() {
-		if p := source.percent(); len(res.seen) == 0 || res.seen[len(res.seen)-1] != p {
+		if p := percent(); len(res.seen) == 0 || res.seen[len(res.seen)-1] != p {
 			res.seen = append(res.seen, p)
 		}
 	}
@@ -246,7 +358,7 @@ loop:
 			n := t.all().requests + t.errors
 			rate := perSecond(n-lastCount, now.Sub(lastAt))
 			lastCount, lastAt = n, now
-			line := progressLine(i, len(cfg.Ramp), source.percent(), now.Sub(start), t, rate)
+			line := progressLine(i, count, percent(), now.Sub(start), t, rate)
 			if cfg.ProgressInPlace {
 				fmt.Fprint(out, "\r"+line+"\033[K")
 			} else {

@@ -4,16 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	redisgroups "github.com/throttlekit/throttlekit/backend/redis/groups"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/bradfitz/gomemcache/memcache"
+
 	memcachedbackend "github.com/throttlekit/throttlekit/backend/memcached"
 	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
 	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
+	redisgroups "github.com/throttlekit/throttlekit/backend/redis/groups"
 	shardedbackend "github.com/throttlekit/throttlekit/backend/sharded"
 	"github.com/throttlekit/throttlekit/internal/localserver"
 	"github.com/throttlekit/throttlekit/rollout"
@@ -45,24 +47,69 @@ func (e *MissingServersError) Error() string {
 	return b.String()
 }
 
-// stores are the two sides of the migration, each wrapped so that a request
-// learns which store decided it (see labelled).
+// servers are the servers a run uses: started once, or named by the
+// configuration, and shared by every mode the run goes through (each on
+// keys of its own).
+type servers struct {
+	// memcachedAddr and shardConfig locate them; both are empty with
+	// -embedded.
+	memcachedAddr, shardConfig string
+	// closers stop the servers the demo started, in reverse order.
+	closers []func() error
+}
+
+// openServers starts, through localserver, the servers cfg does not name,
+// and returns where all of them are. With cfg.Embedded it starts nothing.
+// On error nothing is left running.
+func openServers(cfg Config) (srv *servers, err error) {
+	srv = &servers{memcachedAddr: cfg.MemcachedAddr, shardConfig: cfg.RedisShards}
+	if cfg.Embedded {
+		return srv, nil
+	}
+	if err := checkBinaries(cfg); err != nil {
+		return nil, err
+	}
+	if srv.memcachedAddr == "" || srv.shardConfig == "" {
+		started, err := srv.startServers(srv.memcachedAddr == "", srv.shardConfig == "")
+		if err != nil {
+			return nil, errors.Join(err, srv.Close())
+		}
+		srv.memcachedAddr = firstNonEmpty(srv.memcachedAddr, started.memcached)
+		srv.shardConfig = firstNonEmpty(srv.shardConfig, started.shards)
+	}
+	return srv, nil
+}
+
+// Close stops the servers the demo started, last started first.
+func (s *servers) Close() error {
+	var errs []error
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		errs = append(errs, s.closers[i]())
+	}
+	s.closers = nil
+	return errors.Join(errs...)
+}
+
+// stores are the two sides of the migration for one mode, each wrapped so
+// that a request learns which store decided it (see labelled).
 type stores struct {
 	// old is the backend identifiers leave (memcached, or memory), new the
 	// one they move to (sharded Redis, or sharded memory).
 	old, new driver.Backend
 	// shards is the new side's sharded backend, for its layout.
 	shards *shardedbackend.Backend
-	// legacy is the memcached backend, for its counters; nil in memory.
-	legacy *memcachedbackend.Backend
+	// memcached is the old side's backend, for its counters, and client
+	// its connection, which the hand-written limiter shares; both nil in
+	// memory.
+	memcached *memcachedbackend.Backend
+	client    *memcache.Client
 	// description holds one line per store, for the run's header.
 	description []string
-	// closers run in reverse order on Close: clients, then servers.
+	// closers run in reverse order on Close.
 	closers []func() error
 }
 
-// Close releases clients and stops the servers the demo started, last
-// opened first.
+// Close releases the stores' clients, last opened first.
 func (s *stores) Close() error {
 	var errs []error
 	for i := len(s.closers) - 1; i >= 0; i-- {
@@ -72,11 +119,10 @@ func (s *stores) Close() error {
 	return errors.Join(errs...)
 }
 
-// openStores builds the old and the new side: in memory with cfg.Embedded;
-// otherwise on the servers cfg names, starting (through localserver) those
-// it does not name. keyPrefix keeps this run's keys apart from any other's
-// on shared servers. On error nothing is left running.
-func openStores(ctx context.Context, cfg Config, keyPrefix string) (st *stores, err error) {
+// openStores builds the old and the new side: in memory with cfg.Embedded,
+// otherwise on the servers. keyPrefix keeps these stores' keys apart from
+// any other's on the same servers. On error nothing is left open.
+func (s *servers) openStores(ctx context.Context, cfg Config, keyPrefix string) (st *stores, err error) {
 	st = &stores{}
 	defer func() {
 		if err != nil {
@@ -87,46 +133,33 @@ func openStores(ctx context.Context, cfg Config, keyPrefix string) (st *stores, 
 	if cfg.Embedded {
 		return st, st.openEmbedded()
 	}
-	if err := checkBinaries(cfg); err != nil {
-		return st, err
-	}
-	memcachedAddr, shardConfig := cfg.MemcachedAddr, cfg.RedisShards
-	if memcachedAddr == "" || shardConfig == "" {
-		started, err := st.startServers(memcachedAddr == "", shardConfig == "")
-		if err != nil {
-			return st, err
-		}
-		memcachedAddr = firstNonEmpty(memcachedAddr, started.memcached)
-		shardConfig = firstNonEmpty(shardConfig, started.shards)
-	}
-
-	client, err := memcachedbackend.NewClient(cfg.CallTimeout, memcachedAddr)
+	client, err := memcachedbackend.NewClient(cfg.CallTimeout, s.memcachedAddr)
 	if err != nil {
-		return st, fmt.Errorf("memcached %q: %w", memcachedAddr, err)
+		return st, fmt.Errorf("memcached %q: %w", s.memcachedAddr, err)
 	}
 	st.closers = append(st.closers, client.Close)
 	oldBackend, err := memcachedbackend.New(client, memcachedbackend.WithPrefix(keyPrefix))
 	if err != nil {
 		return st, err
 	}
-	shards, err := redisgroups.Open(shardConfig, redisgroups.WithBackendOptions(redisbackend.WithPrefix(keyPrefix+":")))
+	shards, err := redisgroups.Open(s.shardConfig, redisgroups.WithBackendOptions(redisbackend.WithPrefix(keyPrefix+":")))
 	if err != nil {
 		return st, fmt.Errorf("redis shards: %w", err)
 	}
 	st.closers = append(st.closers, shards.Close)
-	st.shards, st.legacy = shards, oldBackend
+	st.shards, st.memcached, st.client = shards, oldBackend, client
 	st.old = labelled{backend: oldBackend, side: rollout.SideOld, label: constLabel("memcached")}
 	st.new = labelled{backend: shards, side: rollout.SideNew, label: shardLabel("redis", shards)}
 	st.description = append(st.description,
-		"old: memcached "+memcachedAddr+" (backend/memcached)",
-		"new: redis, sharded "+describeShards(shardConfig)+" (backend/sharded over backend/redis)")
+		"old: memcached "+s.memcachedAddr+" (backend/memcached)",
+		"new: redis, sharded "+describeShards(s.shardConfig)+" (backend/sharded over backend/redis)")
 
 	// Servers given on the command line may be wrong or down: say so now
 	// rather than with thousands of degraded responses.
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := oldBackend.Ping(pingCtx); err != nil {
-		return st, fmt.Errorf("memcached %s does not answer: %w", memcachedAddr, err)
+		return st, fmt.Errorf("memcached %s does not answer: %w", s.memcachedAddr, err)
 	}
 	if err := shards.Ping(pingCtx); err != nil {
 		return st, fmt.Errorf("redis shards do not all answer: %w", err)
@@ -186,7 +219,7 @@ type startedServers struct {
 // startServers starts, on free loopback ports, a memcached and/or two Redis
 // groups of one primary and one replica, all at once. Every server started
 // is registered for Close, even when another fails to start.
-func (st *stores) startServers(wantMemcached, wantRedis bool) (startedServers, error) {
+func (s *servers) startServers(wantMemcached, wantRedis bool) (startedServers, error) {
 	var (
 		mu      sync.Mutex
 		wg      sync.WaitGroup
@@ -196,7 +229,7 @@ func (st *stores) startServers(wantMemcached, wantRedis bool) (startedServers, e
 	)
 	keep := func(closeFn func() error) {
 		mu.Lock()
-		st.closers = append(st.closers, closeFn)
+		s.closers = append(s.closers, closeFn)
 		mu.Unlock()
 	}
 	fail := func(err error) {
@@ -266,16 +299,19 @@ func describeShards(config string) string {
 	return strings.Join(parts, ", ")
 }
 
-// newKeyPrefix returns a key prefix unique to this run, so that a run
-// against servers that outlive it never meets a previous run's windows
-// (the 1 h limit would otherwise carry counts over).
-func newKeyPrefix(now time.Time) string {
-	return "mdemo-" + strconv.FormatInt(now.UnixNano(), 36)
+// newKeyPrefix returns a key prefix unique to this run and mode, so that a
+// mode never meets the windows of another, nor a run against servers that
+// outlive it a previous run's (the 1 h limit would otherwise carry counts
+// over).
+func newKeyPrefix(now time.Time, mode rollout.Mode) string {
+	return "mdemo-" + strconv.FormatInt(now.UnixNano(), 36) + "-" + mode.String()
 }
 
-// served records which store decided a request: the first backend call of a
-// request is its serving store's (rollout calls the serving backend first,
-// then, in mirror and shadow modes, the other one).
+// served records which store decided a request: the first backend call of
+// a request that spends units (a Decide or a Seed of cost above 0) is its
+// serving store's. The rollout calls the serving backend first, then, in
+// mirror and shadow modes, the other one; in split mode it may read the
+// other one first, with a Peek, to seed the serving one.
 type served struct {
 	first atomic.Pointer[servedStore]
 }
@@ -293,16 +329,19 @@ func withServed(ctx context.Context) (context.Context, *served) {
 	return context.WithValue(ctx, servedKey{}, s), s
 }
 
-// note records that the store (side, label) got a call for ctx's request,
-// unless an earlier call was recorded.
-func note(ctx context.Context, side rollout.Side, label string) {
+// note records that the store (side, label) decided cost units for ctx's
+// request, unless cost is 0 or an earlier call was recorded.
+func note(ctx context.Context, cost int64, side rollout.Side, label string) {
+	if cost <= 0 {
+		return
+	}
 	if s, ok := ctx.Value(servedKey{}).(*served); ok && s.first.Load() == nil {
 		s.first.CompareAndSwap(nil, &servedStore{side: side, store: label})
 	}
 }
 
-// labelled is a backend that notes, in the request's context, that it was
-// called. It forwards every optional interface, with the throttler's own
+// labelled is a backend that notes, in the request's context, that it
+// decided. It forwards every optional interface, with the throttler's own
 // fallbacks where the wrapped backend lacks one.
 type labelled struct {
 	backend driver.Backend
@@ -313,6 +352,7 @@ type labelled struct {
 var (
 	_ driver.Backend  = labelled{}
 	_ driver.Peeker   = labelled{}
+	_ driver.Seeder   = labelled{}
 	_ driver.Refunder = labelled{}
 	_ driver.Resetter = labelled{}
 	_ driver.Pinger   = labelled{}
@@ -326,18 +366,29 @@ func shardLabel(kind string, b *shardedbackend.Backend) func(string) string {
 
 // Decide implements driver.Backend.
 func (l labelled) Decide(ctx context.Context, req driver.Request) (driver.Outcome, error) {
-	note(ctx, l.side, l.label(req.Identifier))
+	note(ctx, req.Cost, l.side, l.label(req.Identifier))
 	return l.backend.Decide(ctx, req)
 }
 
 // Peek implements driver.Peeker; without one below, Decide with cost 0.
 func (l labelled) Peek(ctx context.Context, req driver.Request) (driver.Outcome, error) {
-	note(ctx, l.side, l.label(req.Identifier))
 	if pk, ok := l.backend.(driver.Peeker); ok {
 		return pk.Peek(ctx, req)
 	}
 	req.Cost = 0
 	return l.backend.Decide(ctx, req)
+}
+
+// Seed implements driver.Seeder; a backend without one gives an error
+// wrapping errors.ErrUnsupported, which the rollout takes for "cannot take
+// states" (split mode then decides unseeded, mirror mode replays).
+func (l labelled) Seed(ctx context.Context, req driver.Request, given []driver.State) (driver.Outcome, error) {
+	sd, ok := l.backend.(driver.Seeder)
+	if !ok {
+		return driver.Outcome{}, fmt.Errorf("%w: %s cannot take states", errors.ErrUnsupported, l.label(req.Identifier))
+	}
+	note(ctx, req.Cost, l.side, l.label(req.Identifier))
+	return sd.Seed(ctx, req, given)
 }
 
 // Refund implements driver.Refunder.
