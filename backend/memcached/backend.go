@@ -34,7 +34,7 @@ const (
 var (
 	// ErrRetriesExhausted reports a call that lost more compare-and-swap
 	// races than WithCASRetries allows (GCRA writes, window openings,
-	// refunds). The call gives back the units it took (a give-back that
+	// refunds, seeds). The call gives back the units it took (a give-back that
 	// fails is counted in Stats.RollbackFailures); the throttler applies
 	// the policy's failure mode and passes the error, then wrapped in
 	// throttler.ErrBackend, to its Observer. Stats counts it too.
@@ -42,10 +42,10 @@ var (
 )
 
 // Backend is a driver.Backend over memcached. It implements Peeker,
-// Refunder, Resetter and Pinger. It is safe for concurrent use, and any
-// number of Backends in any number of processes may share servers as long
-// as they use the same prefix and server placement. See the package
-// documentation for the design and its guarantees.
+// Refunder, Resetter, Pinger and Seeder. It is safe for concurrent use,
+// and any number of Backends in any number of processes may share servers
+// as long as they use the same prefix and server placement. See the
+// package documentation for the design and its guarantees.
 type Backend struct {
 	client     *memcache.Client
 	prefix     string
@@ -78,6 +78,9 @@ type testHooks struct {
 	// afterGiveBack runs when a rollback has finished, in the goroutine
 	// that ran it, whether or not the call waited for it.
 	afterGiveBack func()
+	// beforeSeedWrite runs when a Seed has read a limit's state and is
+	// about to write its merge.
+	beforeSeedWrite func()
 }
 
 var (
@@ -86,6 +89,7 @@ var (
 	_ driver.Refunder = (*Backend)(nil)
 	_ driver.Resetter = (*Backend)(nil)
 	_ driver.Pinger   = (*Backend)(nil)
+	_ driver.Seeder   = (*Backend)(nil)
 )
 
 // Option configures a Backend.
@@ -246,7 +250,8 @@ func (b *Backend) Peek(ctx context.Context, req driver.Request) (driver.Outcome,
 }
 
 // Refund gives back up to req.Cost units of the current windows: decr on
-// each open window's counter (memcached stops at 0), and TAT -= Cost*T, not
+// each open window's counter (memcached stops at 0; a counter a Seed
+// forwarded is followed to the window that replaced it), and TAT -= Cost*T, not
 // below now, on each GCRA item by compare-and-swap. Closed windows are left
 // alone. Limits are refunded one after another, not atomically.
 func (b *Backend) Refund(ctx context.Context, req driver.Request) (driver.Outcome, error) {
@@ -265,29 +270,52 @@ func (b *Backend) Refund(ctx context.Context, req driver.Request) (driver.Outcom
 			}
 			continue
 		}
-		if !l.open {
-			continue
-		}
-		// No committed count exceeds Max, so giving back more takes
-		// nothing more; the clamp also keeps a retracted counter far above
-		// retractedFloor.
-		v, err := c.incrDecr("decr", c.keys.counter(i, l.win), min(req.Cost, l.limit.Max))
-		switch {
-		case errors.Is(err, memcache.ErrCacheMiss), err == nil && v >= retractedFloor:
-			l.open, l.state = false, driver.State{}
-		case err != nil:
+		if err := c.refundWindow(i, req.Cost); err != nil {
 			return driver.Outcome{}, err
-		default:
-			l.state, l.known = driver.State{Used: v, End: l.win.end}, true
 		}
 	}
 	return driver.Outcome{Allowed: true, States: c.states()}, nil
 }
 
-// Reset deletes the identifier's window items, the counters they name and
-// its GCRA items under p, whatever they hold (so it also clears values
-// this package cannot read). A request racing the reset may still count in
-// the window it read before; the next window starts fresh.
+// refundWindow gives back up to n units of fixed-window limit i's open
+// window, following the window a Seed replaced it with.
+func (c *call) refundWindow(i int, n int64) error {
+	l := &c.limits[i]
+	for follows := 0; l.open; {
+		// No committed count exceeds Max, so giving back more takes
+		// nothing more; the clamp also keeps a retracted counter far above
+		// retractedFloor.
+		key := c.keys.counter(i, l.win)
+		v, err := c.incrDecr("decr", key, min(n, l.limit.Max))
+		if serverRefused(err) && follows < maxForwards {
+			follows++
+			live, err := c.follow(i, key, err)
+			if err != nil {
+				return err
+			}
+			if !live {
+				l.open, l.state = false, driver.State{}
+			}
+			continue
+		}
+		switch {
+		case errors.Is(err, memcache.ErrCacheMiss), err == nil && v >= retractedFloor:
+			l.open, l.state = false, driver.State{}
+		case err != nil:
+			return err
+		default:
+			l.state, l.known = driver.State{Used: v, End: l.win.end}, true
+		}
+		return nil
+	}
+	return nil
+}
+
+// Reset deletes the identifier's window items, the counters they name
+// (and those these forward to, see "Seeding"), and its GCRA and
+// sliding-window items under p, whatever they hold (so it also clears
+// values this package cannot read). A request racing the reset may still
+// count in the window it read before; the next window starts fresh.
 func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string) error {
 	c, err := b.newCall(ctx, driver.Request{Policy: p, Identifier: identifier})
 	if err != nil {
@@ -321,7 +349,7 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 		doomed = append(doomed, c.keys.window(i))
 		if it := items[c.keys.window(i)]; it != nil {
 			if w, ok := parseWindow(it.Value); ok {
-				doomed = append(doomed, c.keys.counter(i, w))
+				doomed = append(doomed, c.forwardChain(i, w)...)
 			}
 		}
 	}
@@ -332,4 +360,24 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 		}
 	}
 	return nil
+}
+
+// forwardChain returns the counter of incarnation w of limit i and, when
+// a Seed forwarded it, the counters it forwards to, in order: one round
+// trip per counter read. It stops at the first counter that holds no
+// forward marker or cannot be read.
+func (c *call) forwardChain(i int, w window) []string {
+	keys := []string{c.keys.counter(i, w)}
+	for range maxForwards {
+		it, err := c.get(keys[len(keys)-1])
+		if err != nil || it == nil {
+			break
+		}
+		next, ok := parseForward(it.Value)
+		if !ok {
+			break
+		}
+		keys = append(keys, c.keys.counter(i, next))
+	}
+	return keys
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -39,9 +40,13 @@ type limitCall struct {
 	// item is the window item (fixed) or the CAS item as last read, with
 	// its CAS id; nil when absent.
 	item *memcache.Item
-	// open reports a fixed window open at now; win is its incarnation.
+	// open reports a fixed window open at now; win is its incarnation
+	// (the one its counter forwards to, once followed).
 	open bool
 	win  window
+	// counter is win's counter as last read, with its CAS id; nil when it
+	// was not read.
+	counter *memcache.Item
 	// state is the best-known state; known reports that a fixed window's
 	// Used was read or returned by the server.
 	state driver.State
@@ -133,7 +138,7 @@ func (c *call) snapshot() error {
 // setWindowItem records a read of limit i's window item (nil: absent).
 func (c *call) setWindowItem(i int, it *memcache.Item) error {
 	l := &c.limits[i]
-	l.item, l.open, l.win, l.known, l.state = it, false, window{}, false, driver.State{}
+	l.item, l.open, l.win, l.known, l.state, l.counter = it, false, window{}, false, driver.State{}, nil
 	if it == nil {
 		return nil
 	}
@@ -172,9 +177,10 @@ func (c *call) setCASItem(i int, it *memcache.Item) error {
 }
 
 // readCounters reads, in one round trip, the counters of the open windows
-// whose Used is not known yet. A missing counter means the window lost its
-// count to eviction, a retracted one that its opener closed it again: the
-// window then counts as absent.
+// whose Used is not known yet, and follows those a Seed forwarded (one
+// round trip per hop). A missing counter means the window lost its count
+// to eviction, a retracted one that its opener closed it again: the window
+// then counts as absent.
 func (c *call) readCounters() error {
 	var keys []string
 	for i := range c.limits {
@@ -198,23 +204,90 @@ func (c *call) readCounters() error {
 		if l.cas || !l.open || l.known {
 			continue
 		}
-		it := items[c.keys.counter(i, l.win)]
-		if it == nil {
-			c.b.stats.windowsLost.Add(1)
-			l.open, l.state = false, driver.State{}
-			continue
+		if err := c.setCounter(i, items[c.keys.counter(i, l.win)]); err != nil {
+			return err
 		}
-		used, ok := parseInt(it.Value)
-		if !ok {
-			return fmt.Errorf("%w: counter of limit %q holds %q", driver.ErrBadReply, l.limit.Name, clip(it.Value))
-		}
-		if used >= retractedFloor {
-			l.open, l.state = false, driver.State{}
-			continue
-		}
-		l.state, l.known = driver.State{Used: used, End: l.win.end}, true
 	}
 	return nil
+}
+
+// setCounter records a read of the counter of limit i's open window (nil:
+// absent), following forward markers: the window becomes the incarnation
+// the chain ends at, or absent.
+func (c *call) setCounter(i int, it *memcache.Item) error {
+	l := &c.limits[i]
+	w, it, used, live, err := c.chase(i, l.win, it)
+	if err != nil {
+		return err
+	}
+	if !live {
+		l.open, l.state, l.known, l.counter = false, driver.State{}, false, nil
+		return nil
+	}
+	l.win, l.counter = w, it
+	l.state, l.known = driver.State{Used: used, End: w.end}, true
+	return nil
+}
+
+// maxForwards bounds the forward markers one read follows. Each Seed that
+// replaces a window adds one and then points the window item past it, so
+// a chain is as long as the replacements made since the window item was
+// last written: a handful under the heaviest contention.
+const maxForwards = 64
+
+// chase reads on from it, the counter of incarnation w of limit i (nil:
+// absent), through forward markers: it returns the incarnation whose
+// counter holds a count, that counter's item and the count, with live
+// true; live is false when the chain ends at a counter that was evicted
+// or retracted, or forwards to a window already closed at now.
+func (c *call) chase(i int, w window, it *memcache.Item) (_ window, _ *memcache.Item, used int64, live bool, _ error) {
+	l := &c.limits[i]
+	for hops := 0; ; hops++ {
+		if it == nil {
+			c.b.stats.windowsLost.Add(1)
+			return w, nil, 0, false, nil
+		}
+		if v, ok := parseInt(it.Value); ok {
+			if v >= retractedFloor {
+				return w, nil, 0, false, nil
+			}
+			return w, it, v, true, nil
+		}
+		next, ok := parseForward(it.Value)
+		if !ok {
+			return w, nil, 0, false, fmt.Errorf("%w: counter of limit %q holds %q", driver.ErrBadReply, l.limit.Name, clip(it.Value))
+		}
+		if next.end <= c.nowMs {
+			return next, nil, 0, false, nil
+		}
+		if hops >= maxForwards {
+			c.b.stats.retriesExhausted.Add(1)
+			return w, nil, 0, false, fmt.Errorf("%w: more than %d forwarded windows in a row", ErrRetriesExhausted, maxForwards)
+		}
+		w = next
+		var err error
+		if it, err = c.get(c.keys.counter(i, w)); err != nil {
+			return w, nil, 0, false, err
+		}
+	}
+}
+
+// serverRefused reports an error by which the server refused an operation
+// it received (a CLIENT_ERROR reply, such as an incr on a value that is
+// not a number), as opposed to a failure to reach it.
+func serverRefused(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "client error")
+}
+
+// forwarded reports whether counter key holds a forward marker: a Seed
+// replaced its window (one round trip).
+func (c *call) forwarded(key string) bool {
+	it, err := c.get(key)
+	if err != nil || it == nil {
+		return false
+	}
+	_, ok := parseForward(it.Value)
+	return ok
 }
 
 // states returns the best-known state of every limit.

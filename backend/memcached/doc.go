@@ -13,8 +13,8 @@
 //
 // docs/DESIGN.md gives the window protocol below as a numbered argument.
 //
-// Backend implements driver.Backend, Peeker, Refunder, Resetter and
-// Pinger. It does not implement driver.Leaser: concurrency limits
+// Backend implements driver.Backend, Peeker, Refunder, Resetter, Pinger
+// and Seeder (see Seeding). It does not implement driver.Leaser: concurrency limits
 // (throttler.Acquire) are unsupported, and Acquire over this backend
 // returns an error wrapping errors.ErrUnsupported that says so (see
 // Concurrency limits below).
@@ -33,9 +33,11 @@
 //     opens it.
 //   - The counter C(end, token) holds the units used in that incarnation
 //     and is named after it. It is created by add, with the opener's cost,
-//     before W points to it; afterwards only incr and decr touch it. It is
-//     never created again: a window that loses its counter is reopened
-//     under a new token instead.
+//     before W points to it; afterwards only incr and decr touch it, but
+//     for the one compare-and-swap that retracts it (see "Concurrency") or
+//     forwards it to the window a Seed replaced it with (see "Seeding").
+//     It is never created again: a window that loses its counter is
+//     reopened under a new token instead.
 //   - A GCRA limit has one item G holding the theoretical arrival time in
 //     Unix microseconds, written by add or cas.
 //
@@ -47,8 +49,24 @@
 // Every key is route "|" kind ":" limit, where
 //
 //	route = prefix ":" policy ":" identifier   (each part driver.EscapeKey'd)
-//	limit = driver.Policy.Limits[i].Key           (name, algorithm, window, burst)
-//	kind  = "w" window item, "g" GCRA item, "c" counter (then ":" end ":" token)
+//	limit = driver.Policy.Limits[i].Key           (key layout 2, below)
+//	kind  = "w" window item, "c" counter (then ":" end ":" token),
+//	        "g" GCRA item, "s" sliding-window item
+//
+// The limit part is [escaped name] ":" algorithm ":" window in
+// milliseconds, then ":" burst for a GCRA limit whose burst was set
+// explicitly; the name is empty for an unnamed limit. Max is no part of
+// it, so raising or lowering a limit's Max keeps its open window. The
+// window item of an unnamed "10/s" for identifier "user 7" under policy
+// "api" with prefix "tk" is "tk:api:user%207|w::fixed:1000"; the same
+// limit named "burst" is under "tk:api:user%207|w:burst:fixed:1000", and
+// "50/h gcra burst=9" under "...|g::gcra:3600000:9" (ItemKeys lists an
+// identifier's items). Items written under key layout 1, whose unnamed
+// limits held their notation with Max ("10%2Fs:fixed:1000"), are not read
+// by a Backend alone: a deployment upgraded with live windows wraps it in
+// rollout.UpgradeKeys, which reads the layout-1 items (through
+// rollout.KeyLayoutV1) and seeds their windows into the layout-2 keys (see
+// Seeding), so that no window restarts.
 //
 // EscapeKey leaves only letters, digits, '-', '.', '_' and "%XX", so keys
 // hold no space or control byte and the separators ':' and '|' cannot come
@@ -102,9 +120,11 @@
 // other windows are open. A denial by a one-limit fixed window takes 3
 // (get, incr, decr); a denial a GCRA limit makes on the first read takes 1;
 // a denied request that retracts a window it opened takes two more (read
-// the counter, swap it). Peek takes 2, or 1 when no window is open. The
-// contract's one round trip per decision is for stores with server-side
-// scripts; memcached has none.
+// the counter, swap it). Peek takes 2, or 1 when no window is open. A
+// counter a Seed forwarded costs one more read per marker followed, and a
+// request that follows one also points the window item past it (one more).
+// The contract's one round trip per decision is for stores with
+// server-side scripts; memcached has none.
 //
 // # Concurrency
 //
@@ -244,6 +264,104 @@
 // budget) leaves its units counted until their window closes, which can
 // deny, never over-admit. Stats counts these in RollbackFailures.
 //
+// # Seeding
+//
+// Backend implements driver.Seeder, by which a rollout carries an
+// identifier's windows over from another store (mirror and split modes, a
+// key-layout upgrade, a hand-written limiter's counters). Seed merges the
+// given states into the stored ones as driver.Merge does and then, for a
+// cost above zero, decides that cost as Decide does. memcached offers
+// atomic operations on one item only, so Seed is not the one atomic step
+// driver.Seeder describes: each limit's merge is atomic on its own, one
+// compare-and-swap on one item, and the decision is an ordinary Decide
+// made after the last merge. Per limit:
+//
+//   - GCRA and sliding window: the item as read (the snapshot), merged,
+//     written back by cas (add when absent); a lost race rereads and
+//     merges again.
+//   - Fixed window, and the merge changes nothing (the given state counts
+//     nothing at now, or the open window already holds as many units of
+//     the same window): nothing is written.
+//   - Fixed window, none open (no item, a closed window, a counter evicted
+//     or retracted): the given window is opened as a request opens one, a
+//     counter under a new token holding the given count, then W written
+//     to name it by add or by cas over the W read. A lost publish rereads
+//     W and merges again.
+//   - Fixed window, one open and the merge changes it (a larger count of
+//     the same window, or another open window, which Merge takes): the
+//     window is replaced. A counter C' under a new token is created with
+//     the merged count; then the open window's counter C is swapped, by
+//     cas over its read, for the forward marker "fwd end token" naming C';
+//     then W is pointed at C' by cas over the W read. The swap is the
+//     merge's atomic step: every incr and decr changes C's CAS id, so the
+//     swap fails, and the merge starts again from W, if anyone counted in
+//     between; after it, memcached refuses every incr and decr on C (its
+//     value is no number), so nobody counts in the old window any more.
+//
+// Lost races are retried at most WithCASRetries times, with the backoff
+// of GCRA writes, and then fail with ErrRetriesExhausted
+// (TestSeedRetriesLostRaces).
+//
+// Everyone follows the marker. A request whose incr on C is refused reads
+// C, follows the markers to the counter that holds a number, counts there,
+// and points W at it by cas over the W it read, so a Seed that stopped
+// between its swap and its write of W (a crash, a timeout) costs later
+// requests nothing once one of them has passed. Counter reads (Peek,
+// Decide's check, a denial's figures, Seed itself) follow markers without
+// writing, one round trip each, at most 64 in a row (ErrRetriesExhausted
+// beyond: each Seed adds one and then points W past it, so chains stay as
+// short as the replacements racing each other). A marker to a window
+// already closed at now, or to a counter evicted, reads as no window, as
+// an evicted counter does. A marker lives as long as either window it
+// joins.
+//
+// What a concurrent observer can see:
+//
+//   - One limit's merge is linearizable: a request that counted in the
+//     window before the swap is in the count the merge read, one that
+//     counts after it counts in the new window on top of the merged count.
+//     Neither a request nor another Seed can undo a merge: two Seeds of one
+//     window end holding the larger count, in either order, and no unit is
+//     ever admitted twice (TestConcurrentSeedsKeepTheMax,
+//     TestSeedRacingDecideNeverOverAdmits). A window is never taken back
+//     other than as Merge itself says (a given window that differs from an
+//     open one replaces it).
+//   - Between the merges of two limits of one policy, a request sees the
+//     first merged and the second not yet.
+//   - With a cost, another request may count between the last merge and
+//     the decision, which then sees its units as any later Decide would.
+//     Outcome.Prior holds each limit's state just before its own merge;
+//     Outcome.States the states the decision left (the merged ones for
+//     cost 0).
+//   - A fixed-window count above Max reads as Max in Outcome.Prior and in
+//     the merge's result (units above Max belong to requests about to give
+//     them back, or to a Max lowered since, which deny alike), while the
+//     decision to write compares the given count with the count as stored,
+//     so a Seed never writes a count below the stored one.
+//   - Units a request holds between its incr and its decr before it is
+//     denied (see "Concurrency"). A Seed that replaces the window writes
+//     the merged count without them, and the request's decr, refused by
+//     the marker, gives back nothing: exact. A Seed whose given count lies
+//     above the count without those units but not above the count with
+//     them writes nothing, and once they are given back the window holds
+//     fewer units than were given, by at most that request's cost
+//     (TestSeedMeetsUnitsAboutToBeGivenBack shows both). Such units exist
+//     below Max only when a policy has several limits or requests cost
+//     more than 1, the cases already documented as inexact. It never lets
+//     one store admit more than Max in a window by its own count; over the
+//     given store's count and this one's together it can admit up to that
+//     cost more.
+//
+// The arguments of "Concurrency" are about requests alone: a Seed may
+// raise a count or replace a window between two requests' round trips,
+// as described here.
+//
+// Round trips (TestSeedRoundTrips): one to read W and the GCRA and
+// sliding items, one more for the counters of open windows; then, per
+// limit whose merge changes it, one for a GCRA or sliding item, two to open
+// a window, three to replace one. A Seed that changes nothing writes
+// nothing. A cost above zero adds a Decide.
+//
 // # Eviction
 //
 // Memcached may evict any item at any moment, most of all when it is
@@ -344,13 +462,16 @@
 //
 // # Peek, Refund, Reset
 //
-// Peek reads and never writes. Refund decrs the counters of open windows
-// (memcached stops at zero) and moves GCRA items back by cas; limits are
-// refunded one after another, not atomically, and a refund that reads a
-// window just before it is replaced gives back in the old window, which is
-// the "refund after the window closed does nothing" rule. Reset deletes the
-// window items, the counters they name and the GCRA items; a request
-// racing it may still count in the window it read before.
+// Peek reads and never writes; it follows forward markers (see Seeding).
+// Refund decrs the counters of open windows (memcached stops at zero),
+// following forward markers to the live window, and moves GCRA items back
+// by cas; limits are refunded one after another, not atomically, and a
+// refund that reads a window just before a request at a later clock
+// reading opens the next gives back in the old window, which is the
+// "refund after the window closed does nothing" rule. Reset deletes the
+// window items, the counters they name and those these forward to, and
+// the GCRA and sliding-window items; a request racing it may still count
+// in the window it read before.
 //
 // # Concurrency limits
 //

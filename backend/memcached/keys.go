@@ -114,6 +114,27 @@ func (w window) encode() []byte {
 	return []byte(strconv.FormatInt(w.end, 10) + " " + w.token)
 }
 
+// forwardPrefix starts the value of a counter whose window a Seed
+// replaced: the prefix, then the successor's "end token" (see "Seeding").
+// memcached refuses to incr or decr a value that is not a number, so
+// nobody can count in a forwarded counter.
+const forwardPrefix = "fwd "
+
+// forward returns the value of a counter forwarded to incarnation w.
+func (w window) forward() []byte {
+	return append([]byte(forwardPrefix), w.encode()...)
+}
+
+// parseForward reads a forwarded counter's value; ok is false when v is
+// not one.
+func parseForward(v []byte) (w window, ok bool) {
+	rest, found := strings.CutPrefix(string(v), forwardPrefix)
+	if !found {
+		return window{}, false
+	}
+	return parseWindow([]byte(rest))
+}
+
 // parseWindow reads a window item's value; ok is false when it is not one
 // this package wrote.
 func parseWindow(v []byte) (w window, ok bool) {

@@ -150,6 +150,29 @@ func TestItemKeys(t *testing.T) {
 	require.Equal(t, LimitItems{State: k.route + "|g:" + k.limits[2]}, items.Limits[2])
 	require.Equal(t, LimitItems{State: k.route + "|s:" + k.limits[3]}, items.Limits[3])
 
+	// Key layout 2: an unnamed limit's part is its algorithm and window
+	// alone, so a Max raised or lowered keeps the items; a named one
+	// starts with its escaped name, and a GCRA burst set explicitly ends
+	// it.
+	require.Equal(t, "app:core:user%207", items.Route)
+	require.Equal(t, "app:core:user%207|w::fixed:1000", items.Limits[0].Window)
+	require.Equal(t, "app:core:user%207|c::fixed:1000", items.Limits[0].CounterStem)
+	require.Equal(t, "app:core:user%207|w::aligned:60000", items.Limits[1].Window)
+	require.Equal(t, "app:core:user%207|g::gcra:3600000", items.Limits[2].State)
+	require.Equal(t, "app:core:user%207|s::sliding:600000", items.Limits[3].State)
+	raised, err := ItemKeys("app", testkit.Compile(t, testkit.Policy(t, "core", "20/s, 100/min aligned, 50/h gcra, 300/10min sliding")), "user 7")
+	require.NoError(t, err)
+	require.Equal(t, items, raised, "Max is no part of a key")
+	named, err := throttler.NewPolicy("core", []throttler.Limit{
+		throttler.PerSecond(10).Named("per second"),
+		throttler.PerHour(50).WithBurst(9),
+	})
+	require.NoError(t, err)
+	namedItems, err := ItemKeys("app", testkit.Compile(t, named), "user 7")
+	require.NoError(t, err)
+	require.Equal(t, "app:core:user%207|w:per%20second:fixed:1000", namedItems.Limits[0].Window)
+	require.Equal(t, "app:core:user%207|g::gcra:3600000:9", namedItems.Limits[1].State)
+
 	def, err := ItemKeys("", p, "u")
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(def.Route, DefaultPrefix+":"), def.Route)

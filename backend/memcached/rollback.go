@@ -128,6 +128,12 @@ func (c *call) giveBack() {
 			switch {
 			case errors.Is(err, memcache.ErrCacheMiss):
 				err = nil // evicted: nothing left to give back or retract
+			case serverRefused(err) && c.forwarded(u.counter):
+				// A Seed replaced the window after these units were
+				// counted, by a successor holding the seeded count, which
+				// does not include them (see "Seeding"): nothing to give
+				// back.
+				err = nil
 			case err == nil && u.opened && left == 0:
 				err = c.retract(u)
 			}

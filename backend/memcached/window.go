@@ -39,12 +39,25 @@ func (c *call) startsNow(i int) bool {
 func (c *call) consumeWindow(i int, deferOpen bool) (step, error) {
 	l := &c.limits[i]
 	n := c.req.Cost
-	for opens := 0; ; {
+	for opens, follows := 0, 0; ; {
 		if l.open {
 			key := c.keys.counter(i, l.win)
 			v, err := c.incrDecr("incr", key, n)
+			if serverRefused(err) && follows < maxForwards {
+				// A counter that is not a number: a Seed forwarded it to
+				// the window that replaced it (see "Seeding"). Count there.
+				follows++
+				live, ferr := c.follow(i, key, err)
+				if ferr != nil {
+					return stepDenied, ferr
+				}
+				if live {
+					continue
+				}
+				err = errWindowGone
+			}
 			evicted := errors.Is(err, memcache.ErrCacheMiss)
-			if evicted || err == nil && v >= retractedFloor {
+			if evicted || errors.Is(err, errWindowGone) || err == nil && v >= retractedFloor {
 				// The window item names a counter that is gone (evicted)
 				// or retracted: the window counts as absent. Reopen it
 				// rather than recreate the counter, so no incarnation ever
@@ -53,7 +66,7 @@ func (c *call) consumeWindow(i int, deferOpen bool) (step, error) {
 				if evicted {
 					c.b.stats.windowsLost.Add(1)
 				}
-				l.open, l.state, l.known = false, driver.State{}, false
+				l.open, l.state, l.known, l.counter = false, driver.State{}, false, nil
 				if deferOpen && c.startsNow(i) {
 					return stepDeferred, nil
 				}
@@ -87,6 +100,52 @@ func (c *call) consumeWindow(i int, deferOpen bool) (step, error) {
 		// Lost the race to open: the window item now holds someone
 		// else's window (or vanished); loop on what it holds.
 	}
+}
+
+// errWindowGone marks, within consumeWindow, a forward chain that ended at
+// no live window.
+var errWindowGone = errors.New("memcached: forwarded window gone")
+
+// follow reads counter key of limit i's window, which refused an incr or
+// decr with refusal. When it holds a forward marker, the chain is followed
+// to the live window, which becomes limit i's window, and the window item,
+// as the call read it, is pointed at that window (best effort, so that
+// later requests skip the chain even when the Seed that forwarded it
+// stopped before doing so). It reports whether a live window was found;
+// a counter that holds no forward marker returns refusal.
+func (c *call) follow(i int, key string, refusal error) (live bool, err error) {
+	l := &c.limits[i]
+	it, err := c.get(key)
+	if err != nil {
+		return false, err
+	}
+	if it == nil {
+		c.b.stats.windowsLost.Add(1)
+		return false, nil
+	}
+	if _, ok := parseForward(it.Value); !ok {
+		return false, refusal
+	}
+	w, counter, used, ok, err := c.chase(i, l.win, it)
+	if err != nil || !ok {
+		return false, err
+	}
+	l.win, l.counter = w, counter
+	l.state, l.known = driver.State{Used: used, End: w.end}, true
+	if l.item != nil {
+		c.publishWindow(i, l.item, w)
+	}
+	return true, nil
+}
+
+// publishWindow points limit i's window item at incarnation w by
+// compare-and-swap over item (the window item as read), best effort: when
+// the item changed since, someone else wrote it, and a chain from what
+// it names leads on to w or to a later window anyway.
+func (c *call) publishWindow(i int, item *memcache.Item, w window) {
+	live := time.Duration(w.end-c.nowMs) * time.Millisecond
+	next := &memcache.Item{Key: c.keys.window(i), Value: w.encode(), Expiration: expiration(live, 0, c.b.wall), CasID: item.CasID}
+	_ = c.roundTrip(func() error { return c.b.client.CompareAndSwap(next) })
 }
 
 // openWindow opens a fresh window for limit i with the request's units
