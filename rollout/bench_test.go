@@ -151,7 +151,9 @@ func BenchmarkMigrationCost(b *testing.B) {
 			require.NoError(b, err)
 		}
 		first := next.Load()
-		run(b, mustRollout(b, oldB, newB, mustStatic(b, 100)), func(i int64) string { return prefix + strconv.FormatInt(i-first-1, 10) })
+		rb := mustRollout(b, oldB, newB, mustStatic(b, 100))
+		run(b, rb, func(i int64) string { return prefix + strconv.FormatInt(i-first-1, 10) })
+		b.ReportMetric(float64(rb.Stats().Seeded)/float64(b.N), "seeded/op")
 	})
 	b.Run("mirror", func(b *testing.B) {
 		run(b, mustRollout(b, oldB, newB, mustStatic(b, 100), WithMode(MirrorMode)), steady)
