@@ -250,7 +250,6 @@ func TestSplitWithoutSeedingRestartsWindows(t *testing.T) {
 	assert.NotZero(t, rep.doubleGrants)
 }
 
-
 // TestKeyLayoutUpgradeIsFaithful: a deployment whose store holds live
 // windows under the layout-1 keys (an unnamed limit keyed by its notation,
 // Max included) is upgraded with UpgradeKeys while its clients keep
