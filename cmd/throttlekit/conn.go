@@ -220,7 +220,7 @@ func openSide(s sideSpec, timeout time.Duration) (*side, error) {
 	case kindRedis:
 		opts, err := goredis.ParseURL(s.spec.value)
 		if err != nil {
-			return nil, bad(redactedError(s.spec.value, err))
+			return nil, bad(bareAddressHint(s.spec.value, redactedError(s.spec.value, err)))
 		}
 		opts.ContextTimeoutEnabled = true
 		client := goredis.NewClient(opts)
@@ -234,7 +234,7 @@ func openSide(s sideSpec, timeout time.Duration) (*side, error) {
 	case kindRedisCluster:
 		opts, err := goredis.ParseClusterURL(s.spec.value)
 		if err != nil {
-			return nil, bad(redactedError(s.spec.value, err))
+			return nil, bad(bareAddressHint(s.spec.value, redactedError(s.spec.value, err)))
 		}
 		opts.ContextTimeoutEnabled = true
 		client := goredis.NewClusterClient(opts)
@@ -326,6 +326,15 @@ func splitList(s string) []string {
 // pieces of the URL, and a password holding '#', '/' or '?' confuses it
 // into quoting part of the password (as a port, say), so when raw holds
 // credentials its message is replaced by a generic one.
+// bareAddressHint adds to err, when raw is a bare host:port rather than a
+// URL (the commonest slip), the URL the user most likely meant.
+func bareAddressHint(raw string, err error) error {
+	if strings.Contains(raw, "://") || strings.Contains(raw, "@") || raw == "" {
+		return err
+	}
+	return fmt.Errorf("%w; a URL is expected, such as redis://%s", err, raw)
+}
+
 func redactedError(raw string, err error) error {
 	if strings.Contains(raw, "@") {
 		return errors.New("invalid URL (its text is not shown: it holds credentials); " +

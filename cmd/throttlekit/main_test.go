@@ -137,6 +137,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{"help for unknown command", []string{"help", "frobnicate"}, `unknown command "frobnicate"`},
 		{"unknown flag", []string{"inspect", "--frob", "x"}, "flag provided but not defined: -frob"},
 		{"bad duration", []string{"inspect", "--timeout", "soon", "x"}, "invalid value"},
+		{"inspect bare address", append([]string{"inspect", "--redis", "127.0.0.1:6379", "a"}, p...), "a URL is expected, such as redis://127.0.0.1:6379"},
 		{"inspect without identifier", append([]string{"inspect", "--redis", "redis://127.0.0.1:1"}, p...), "want one identifier, got 0"},
 		{"inspect with two identifiers", append([]string{"inspect", "--redis", "redis://127.0.0.1:1", "a", "b"}, p...), "want one identifier, got 2"},
 		{"inspect with empty identifier", append([]string{"inspect", "--redis", "redis://127.0.0.1:1", ""}, p...), "identifier must be 1 to 1024 bytes"},
