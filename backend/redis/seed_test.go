@@ -289,7 +289,10 @@ func TestSeedExpiry(t *testing.T) {
 			if first == 0 {
 				first = at.Milliseconds()
 			} else {
-				assert.Equal(t, first, at.Milliseconds(), "%s: every key of the policy expires at one moment", label)
+				// One TTL for every key, set by PEXPIRE within one script
+				// run: the server's clock may tick by a millisecond between
+				// two of them, so "one moment" is within a few ms.
+				assert.InDelta(t, first, at.Milliseconds(), 5, "%s: every key of the policy expires at one moment", label)
 			}
 		}
 	}
