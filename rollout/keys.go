@@ -61,12 +61,7 @@ func (v *v1Keys) Decide(ctx context.Context, req driver.Request) (driver.Outcome
 // Peek implements driver.Peeker, through Decide with cost 0 when the store
 // has no Peek.
 func (v *v1Keys) Peek(ctx context.Context, req driver.Request) (driver.Outcome, error) {
-	req = v.rewrite(req)
-	if pk, ok := v.next.(driver.Peeker); ok {
-		return pk.Peek(ctx, req)
-	}
-	req.Cost = 0
-	return v.next.Decide(ctx, req)
+	return driver.PeekWith(ctx, v.next, v.rewrite(req))
 }
 
 // Refund implements driver.Refunder.
@@ -125,7 +120,8 @@ func (v *v1Keys) Nonblocking() bool {
 // window, twice that for a sliding window), the layout-1 keys hold nothing
 // that counts and b can be used alone. opts are rollout options (say
 // WithSeedMemory); the mode and source are set here. Reset forgets both
-// layouts' state. b is closed with the returned Backend's Close.
+// layouts' state. b is closed once, with the returned Backend's Close: the
+// layout-1 side has no Close of its own.
 func UpgradeKeys(b driver.Backend, opts ...Option) (*Backend, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: nil backend", driver.ErrInvalidOption)
@@ -135,33 +131,5 @@ func UpgradeKeys(b driver.Backend, opts ...Option) (*Backend, error) {
 		return nil, err
 	}
 	opts = append(opts, WithMode(SplitMode), WithSeeding(true))
-	return New(KeyLayoutV1(&unclosable{b}), b, all, opts...)
-}
-
-// unclosable hides Close from the old side of UpgradeKeys, so that the
-// one store behind both sides is closed once.
-type unclosable struct{ driver.Backend }
-
-// Peek implements driver.Peeker for the old side of UpgradeKeys.
-func (u *unclosable) Peek(ctx context.Context, req driver.Request) (driver.Outcome, error) {
-	if pk, ok := u.Backend.(driver.Peeker); ok {
-		return pk.Peek(ctx, req)
-	}
-	req.Cost = 0
-	return u.Backend.Decide(ctx, req)
-}
-
-// Reset implements driver.Resetter for the old side of UpgradeKeys.
-func (u *unclosable) Reset(ctx context.Context, p *driver.Policy, identifier string) error {
-	if rs, ok := u.Backend.(driver.Resetter); ok {
-		return rs.Reset(ctx, p, identifier)
-	}
-	return unsupported("reset")
-}
-
-// Nonblocking implements driver.Nonblocking for the old side of
-// UpgradeKeys.
-func (u *unclosable) Nonblocking() bool {
-	nb, ok := u.Backend.(driver.Nonblocking)
-	return ok && nb.Nonblocking()
+	return New(KeyLayoutV1(b), b, all, opts...)
 }

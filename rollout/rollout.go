@@ -332,17 +332,8 @@ func (b *Backend) Peek(ctx context.Context, req driver.Request) (driver.Outcome,
 	}
 	req.Cost = 0
 	side := b.Side(req.Identifier)
-	backend := b.backends[side]
-	var (
-		out driver.Outcome
-		err error
-	)
-	if pk, ok := backend.(driver.Peeker); ok {
-		out, err = pk.Peek(ctx, req)
-	} else {
-		out, err = backend.Decide(ctx, req)
-	}
-	if err != nil || !b.needsSeed(req, side) || len(out.States) != len(req.Policy.Limits) {
+	out, err := driver.PeekWith(ctx, b.backends[side], req)
+	if err != nil || !b.needsSeed(req, side, driver.Horizon(req.Policy)) || len(out.States) != len(req.Policy.Limits) {
 		return out, err
 	}
 	given, gerr := b.lookAcross(ctx, side.other(), req)

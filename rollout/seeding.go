@@ -230,13 +230,13 @@ func (m *seedMemory) len() int {
 	return n
 }
 
-// needsSeed reports whether a split-mode operation on req's identifier,
-// served by side, must first look for state on the other backend.
-func (b *Backend) needsSeed(req driver.Request, side Side) bool {
+// needsSeed reports whether an operation on req's identifier, served by
+// side, must first look for state on the other backend, given the horizon
+// of req's policy.
+func (b *Backend) needsSeed(req driver.Request, side Side, horizon time.Duration) bool {
 	if b.mode == ShadowMode || b.seeds == nil {
 		return false
 	}
-	horizon := driver.Horizon(req.Policy)
 	if !b.mayHaveMoved(req.Identifier, side, req.Now, horizon) {
 		return false
 	}
@@ -258,15 +258,7 @@ func (b *Backend) lookAcross(ctx context.Context, other Side, req driver.Request
 		ctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)/2))
 		defer cancel()
 	}
-	var (
-		out driver.Outcome
-		err error
-	)
-	if pk, ok := b.backends[other].(driver.Peeker); ok {
-		out, err = pk.Peek(ctx, peek)
-	} else {
-		out, err = b.backends[other].Decide(ctx, peek)
-	}
+	out, err := driver.PeekWith(ctx, b.backends[other], peek)
 	if err != nil {
 		return nil, err
 	}
@@ -292,15 +284,11 @@ func (b *Backend) lookAcross(ctx context.Context, other Side, req driver.Request
 // alone and the failure is counted.
 func (b *Backend) seeded(ctx context.Context, side Side, req driver.Request, take bool) (driver.Outcome, error) {
 	serving := b.backends[side]
-	plain := func() (driver.Outcome, error) {
-		if take {
-			return driver.TakeWith(ctx, serving, req)
-		}
-		return serving.Decide(ctx, req)
+	horizon := driver.Horizon(req.Policy)
+	if !b.needsSeed(req, side, horizon) {
+		return decideOn(ctx, serving, req, take)
 	}
-	if !b.needsSeed(req, side) {
-		return plain()
-	}
+	plain := func() (driver.Outcome, error) { return decideOn(ctx, serving, req, take) }
 	key := seedKey{req.Policy, req.Identifier}
 	// The entry is stamped with the history as it stood before the look
 	// across: a change that lands meanwhile makes the next decision look
@@ -309,7 +297,7 @@ func (b *Backend) seeded(ctx context.Context, side Side, req driver.Request, tak
 	if h := b.history.Load(); h != nil {
 		seq = h.seq
 	}
-	entry := seedEntry{until: req.Now.Add(driver.Horizon(req.Policy)), seq: seq, side: side}
+	entry := seedEntry{until: req.Now.Add(horizon), seq: seq, side: side}
 	b.stats.seedChecks.Add(1)
 	sd, ok := serving.(driver.Seeder)
 	if !ok {
@@ -355,6 +343,14 @@ func (b *Backend) seeded(ctx context.Context, side Side, req driver.Request, tak
 	return out, nil
 }
 
+// decideOn decides req on b: a take when take is set.
+func decideOn(ctx context.Context, b driver.Backend, req driver.Request, take bool) (driver.Outcome, error) {
+	if take {
+		return driver.TakeWith(ctx, b, req)
+	}
+	return b.Decide(ctx, req)
+}
+
 // seedRetry is how long a Backend waits before reading an unreachable other
 // backend again for the same identifier.
 const seedRetry = time.Second
@@ -380,7 +376,9 @@ func (b *Backend) carry(ctx context.Context, side Side, req driver.Request, prim
 		b.secondaryFailed(side, "mirror", driver.ErrBadReply)
 		return true
 	}
-	given := append([]driver.State(nil), primary.States...)
+	// Seed only reads what it is given, so the primary's states (which may
+	// live in the throttler's buffer) are passed as they are.
+	given := primary.States
 	write := req
 	write.Cost, write.Buffer = 0, nil
 	out, err := sd.Seed(ctx, write, given)
@@ -408,7 +406,8 @@ func diverged(req driver.Request, prior, primary []driver.State, decided int64) 
 	if len(prior) != len(p.Limits) {
 		return true
 	}
-	replay := append([]driver.State(nil), prior...)
+	var buf [4]driver.State // policies of up to 4 limits replay on the stack
+	replay := append(buf[:0], prior...)
 	if decided > 0 && !driver.Decide(p, req.Now, decided, replay) {
 		return true
 	}

@@ -372,11 +372,7 @@ func (l labelled) Decide(ctx context.Context, req driver.Request) (driver.Outcom
 
 // Peek implements driver.Peeker; without one below, Decide with cost 0.
 func (l labelled) Peek(ctx context.Context, req driver.Request) (driver.Outcome, error) {
-	if pk, ok := l.backend.(driver.Peeker); ok {
-		return pk.Peek(ctx, req)
-	}
-	req.Cost = 0
-	return l.backend.Decide(ctx, req)
+	return driver.PeekWith(ctx, l.backend, req)
 }
 
 // Seed implements driver.Seeder; a backend without one gives an error

@@ -128,14 +128,8 @@ func TakeWith(ctx context.Context, b Backend, req Request) (Outcome, error) {
 	}
 	var out Outcome
 	for range takeAttempts {
-		peek := req
-		peek.Cost = 0
 		var err error
-		if pk, ok := b.(Peeker); ok {
-			out, err = pk.Peek(ctx, peek)
-		} else {
-			out, err = b.Decide(ctx, peek)
-		}
+		out, err = PeekWith(ctx, b, req)
 		if err != nil {
 			return Outcome{}, err
 		}
@@ -157,6 +151,17 @@ func TakeWith(ctx context.Context, b Backend, req Request) (Outcome, error) {
 	// Every round lost its headroom to concurrent requests: nothing
 	// granted, with the states of the last denial.
 	return Outcome{States: out.States}, nil
+}
+
+// PeekWith answers a peek (req with cost 0) on b: with b's own Peek when b
+// is a Peeker, otherwise with Decide of cost 0, the fallback Peeker
+// documents. Decorators and the throttler use it wherever they peek.
+func PeekWith(ctx context.Context, b Backend, req Request) (Outcome, error) {
+	req.Cost = 0
+	if pk, ok := b.(Peeker); ok {
+		return pk.Peek(ctx, req)
+	}
+	return b.Decide(ctx, req)
 }
 
 // Pinger is implemented by backends that can check their store is reachable.

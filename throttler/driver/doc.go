@@ -26,9 +26,17 @@
 // # Capabilities
 //
 // Backend has one method. Peeker, Refunder, Resetter, Pinger, Taker,
-// Nonblocking, Closer and Leaser are optional, found by type assertion;
-// each documents what the throttler does when it is missing (TakeWith is
-// Taker's fallback, for decorators too).
+// Seeder, Nonblocking, Closer and Leaser are optional, found by type
+// assertion; each documents what the throttler does when it is missing
+// (PeekWith and TakeWith are Peeker's and Taker's fallbacks, for
+// decorators too).
+//
+// # Moving state between stores
+//
+// Seeder lets a store take the states another store decided for an
+// identifier, merged by Merge's rule and decided in the same step (Seed is
+// the reference). A rollout uses it so that an identifier's windows move
+// with it; InForce and Horizon say what still counts and for how long.
 //
 // # Concurrency leases
 //
