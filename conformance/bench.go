@@ -157,7 +157,7 @@ func benchThrottler(b *testing.B, newHarness HarnessMaker) (*throttler.Throttler
 	thr, err := throttler.New(backend,
 		throttler.WithLogger(nil),
 		throttler.WithObserver(&failureLog{}),
-		throttler.WithCallTimeout(callTimeout))
+		throttler.WithCallTimeout(callTimeoutOf(b, h)))
 	if err != nil {
 		b.Fatalf("throttler.New: %v", err)
 	}

@@ -211,12 +211,12 @@ func checkInvariants(t *testing.T, label string, p *throttler.Policy, id string,
 	if r.Identifier != id {
 		add("Identifier = %s, want %s", printable(r.Identifier), printable(id))
 	}
-	if len(r.Limits) != len(p.Limits()) {
-		t.Fatalf("%s: %d per-limit results for %d limits", label, len(r.Limits), len(p.Limits()))
+	if r.NumLimits() != len(p.Limits()) {
+		t.Fatalf("%s: %d per-limit results for %d limits", label, r.NumLimits(), len(p.Limits()))
 	}
 	neverFits := false
 	binding := -1
-	for i, lr := range r.Limits {
+	for i, lr := range r.Limits() {
 		l := p.Limits()[i]
 		where := fmt.Sprintf("limit %q", lr.Name)
 		if lr.Name != l.Name || lr.Algorithm != l.Algorithm || lr.Window != l.Window {
@@ -314,13 +314,13 @@ func checkInvariants(t *testing.T, label string, p *throttler.Policy, id string,
 	if binding < 0 {
 		add("Binding %q names no limit of the policy", r.Binding)
 	} else {
-		b := r.Limits[binding]
+		b := r.Limits()[binding]
 		if r.Limit != b.Limit || r.Remaining != b.Remaining || r.Used != b.Used || !r.ResetAt.Equal(b.ResetAt) ||
 			r.Window != b.Window || (!r.Allowed && r.RetryAfter != b.RetryAfter) {
 			add("top-level figures %s differ from binding limit %q's %s", figures(r.Limit, r.Remaining, r.Used, r.ResetAt, r.RetryAfter),
 				b.Name, figures(b.Limit, b.Remaining, b.Used, b.ResetAt, b.RetryAfter))
 		}
-		if why := bindingViolation(r.Allowed, r.Limits, binding); why != "" {
+		if why := bindingViolation(r.Allowed, r.Limits(), binding); why != "" {
 			add("Binding %q: %s", r.Binding, why)
 		}
 	}
@@ -365,7 +365,7 @@ func bindingViolation(allowed bool, ls []throttler.LimitResult, b int) string {
 func checkLimit(t *testing.T, label string, r throttler.Result, name string, allowed bool, remaining, used int64,
 	resetAt, retryAfter time.Duration) {
 	t.Helper()
-	for _, lr := range r.Limits {
+	for _, lr := range r.Limits() {
 		if lr.Name != name {
 			continue
 		}
@@ -424,11 +424,11 @@ func diffResults(got, want throttler.Result) []string {
 	cmp("Granted", got.Granted, want.Granted)
 	cmp("Policy", got.Policy, want.Policy)
 	cmp("Identifier", got.Identifier, want.Identifier)
-	if len(got.Limits) != len(want.Limits) {
-		return append(d, fmt.Sprintf("%d per-limit results, want %d", len(got.Limits), len(want.Limits)))
+	if got.NumLimits() != want.NumLimits() {
+		return append(d, fmt.Sprintf("%d per-limit results, want %d", got.NumLimits(), want.NumLimits()))
 	}
-	for i, g := range got.Limits {
-		w := want.Limits[i]
+	for i, g := range got.Limits() {
+		w := want.Limits()[i]
 		name := fmt.Sprintf("Limits[%d] (%s)", i, w.Name)
 		cmp(name+".Name", g.Name, w.Name)
 		cmp(name+".Algorithm", g.Algorithm, w.Algorithm)

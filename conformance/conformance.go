@@ -48,11 +48,40 @@ var (
 	watchdogGrace  = 15 * time.Second
 )
 
-// callTimeout bounds each backend call made by the suite's throttlers. It
-// is far above throttler.DefaultCallTimeout so that a slow -race run against a
-// real server never turns into degraded (fail-open) results, which every
-// subtest rejects.
-const callTimeout = 10 * time.Second
+// DefaultCallTimeout bounds each backend call made by the throttlers the
+// suite and RunBenchmarks build (throttler.WithCallTimeout), unless the
+// Harness implements CallTimeout. It is far above
+// throttler.DefaultCallTimeout (100 ms) so that a slow -race run against a
+// real server on a loaded machine never turns into degraded (fail-open)
+// results, which every subtest rejects. A backend that implements
+// driver.Nonblocking and reports true meets no call timeout at all.
+const DefaultCallTimeout = 10 * time.Second
+
+// CallTimeout may be implemented by a Harness to choose the per-call timeout
+// of the throttlers built over its backends, instead of DefaultCallTimeout:
+// for instance the production default, throttler.DefaultCallTimeout, to see
+// whether a store keeps up with it (a call that times out gives a degraded
+// result, and the subtest fails). Zero means no per-call timeout: calls are
+// bounded only by the subtest's context (SubtestTimeout). A negative value
+// fails the subtest.
+type CallTimeout interface {
+	// CallTimeout returns the per-call timeout for the suite's throttlers.
+	CallTimeout() time.Duration
+}
+
+// callTimeoutOf returns the per-call timeout h asks for.
+func callTimeoutOf(tb testing.TB, h Harness) time.Duration {
+	tb.Helper()
+	ct, ok := h.(CallTimeout)
+	if !ok {
+		return DefaultCallTimeout
+	}
+	d := ct.CallTimeout()
+	if d < 0 {
+		tb.Fatalf("Harness.CallTimeout() = %v, want zero or more", d)
+	}
+	return d
+}
 
 // T0 is the instant every subtest's clocks start at:
 // 2030-01-02T03:04:05.678Z. It is realistic (a Unix time of 13 digits in
@@ -76,7 +105,8 @@ type subtest struct {
 // timelines with no tolerance. Optional capabilities (Refunder, Resetter,
 // Peeker, Leaser, Seeder) are checked when the backend implements them and
 // skipped otherwise. A Harness may implement Limitations to declare documented
-// weaker guarantees.
+// weaker guarantees, and CallTimeout to choose the per-call timeout of the
+// suite's throttlers (DefaultCallTimeout otherwise).
 //
 // Run is meant to run under the race detector (go test -race): several
 // subtests decide from many goroutines at once, and a backend's data races
@@ -111,10 +141,12 @@ func SubtestNames() []string {
 // env is what one subtest works with: its harness, a watchdog context, and
 // the primary throttler over one backend of the harness.
 type env struct {
-	t        *testing.T
-	ctx      context.Context
-	harness  Harness
-	limits   Caveats
+	t       *testing.T
+	ctx     context.Context
+	harness Harness
+	limits  Caveats
+	// timeout is the per-call timeout of every throttler of the subtest.
+	timeout  time.Duration
 	failures *failureLog
 	// main is the primary instance; most subtests use nothing else.
 	main *instance
@@ -183,6 +215,7 @@ func newEnv(t *testing.T, newHarness HarnessMaker) *env {
 	if l, ok := h.(Limitations); ok {
 		e.limits = l.Limitations()
 	}
+	e.timeout = callTimeoutOf(t, h)
 	t.Cleanup(func() {
 		e.failures.mu.Lock()
 		defer e.failures.mu.Unlock()
@@ -214,7 +247,7 @@ func (e *env) newInstance(skew time.Duration) *instance {
 		throttler.WithClock(clock),
 		throttler.WithLogger(nil),
 		throttler.WithObserver(e.failures),
-		throttler.WithCallTimeout(callTimeout))
+		throttler.WithCallTimeout(e.timeout))
 	if err != nil {
 		e.t.Fatalf("throttler.New: %v", err)
 	}

@@ -72,7 +72,7 @@ func testResetAtStableWithinWindow(t *testing.T, e *env) {
 		}
 	}
 	for i, r := range results {
-		for _, lr := range r.Limits {
+		for _, lr := range r.Limits() {
 			want := T0.Add(60 * sec)
 			if lr.Name == "aligned" {
 				want = T0.Add(3354322 * ms)
@@ -139,7 +139,7 @@ func testResetAtStableAcrossInstances(skew time.Duration) func(t *testing.T, e *
 			if r.Allowed != m.allowed {
 				t.Errorf("%s: Allowed = %v, want %v", label, r.Allowed, m.allowed)
 			}
-			for _, lr := range r.Limits {
+			for _, lr := range r.Limits() {
 				switch lr.Name {
 				case "anchored":
 					if lr.Used != m.used || !lr.ResetAt.Equal(T0.Add(m.resetAt)) {

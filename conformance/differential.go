@@ -172,10 +172,10 @@ func (d *differential) stepClock() {
 	case r < 90:
 		clock.Advance(time.Duration(10+d.rng.Int64N(110)) * sec)
 	default:
-		if len(d.last.Limits) == 0 {
+		if d.last.NumLimits() == 0 {
 			return
 		}
-		end := d.last.Limits[d.rng.IntN(len(d.last.Limits))].ResetAt
+		end := d.last.Limits()[d.rng.IntN(d.last.NumLimits())].ResetAt
 		nudge := []time.Duration{-ms, -us, 0, 0, us, ms}[d.rng.IntN(6)]
 		clock.Set(end.Add(nudge))
 	}
@@ -295,7 +295,7 @@ func describe(r throttler.Result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Allowed %v, binding %s: Remaining %d Used %d ResetAt T0%+v RetryAfter %s",
 		r.Allowed, r.Binding, r.Remaining, r.Used, r.ResetAt.Sub(T0), fmtRetry(r.RetryAfter))
-	for _, l := range r.Limits {
+	for _, l := range r.Limits() {
 		fmt.Fprintf(&b, "; %s[%v %d/%d T0%+v %s]", l.Name, l.Allowed, l.Used, l.Limit, l.ResetAt.Sub(T0), fmtRetry(l.RetryAfter))
 	}
 	return b.String()

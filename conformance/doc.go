@@ -25,7 +25,7 @@
 //
 //		"example.com/mystore"
 //		"github.com/throttlekit/throttlekit/conformance"
-//		"github.com/throttlekit/throttlekit/throttler"
+//		"github.com/throttlekit/throttlekit/throttler/driver"
 //	)
 //
 //	type harness struct {
@@ -52,6 +52,8 @@
 //
 //	func TestConformance(t *testing.T) { conformance.Run(t, newHarness) }
 //
+//	func TestStates(t *testing.T) { conformance.RunStateDifferential(t, newHarness) }
+//
 //	func BenchmarkConformance(b *testing.B) { conformance.RunBenchmarks(b, newHarness) }
 //
 // Run it under the race detector:
@@ -64,6 +66,13 @@
 // ignores its context makes the suite panic with every goroutine's stack
 // soon after, rather than hang. The randomized subtest logs its seed; set
 // CONFORMANCE_SEED (SeedEnv) to replay a failure.
+//
+// The suite's throttlers bound each backend call by DefaultCallTimeout
+// (10 s, far above the production default of 100 ms, so that a loaded
+// machine does not turn slow calls into degraded results). A Harness that
+// implements CallTimeout chooses another: throttler.DefaultCallTimeout, to
+// see whether the store keeps up with production's bound, or 0 for none.
+// A backend whose Nonblocking reports true meets no call timeout at all.
 //
 // # How it checks
 //
@@ -88,6 +97,14 @@
 // Refund or Evaluate), and compares every field of every result. A slip in
 // the backend, in package throttler's arithmetic, or in the model shows up
 // as a disagreement, reported with the seed and the operations before it.
+//
+// RunStateDifferential, run beside Run, works one level down: it seeds
+// random stored states into the backend through driver.Seeder (open
+// windows, windows a clock ahead wrote, counts above Max, GCRA TATs beyond
+// the burst), runs random Decide, Peek, Refund, Take, Seed and Reset calls
+// on the backend directly, and compares every verdict, Granted and state
+// (as it counts at now, driver.InForce) with the package driver functions
+// applied to the same states. A backend without Seeder skips it.
 //
 // # Optional capabilities and weaker guarantees
 //

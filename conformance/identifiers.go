@@ -33,7 +33,7 @@ func expectIndependent(t *testing.T, e *env, pairs []keyed) {
 		for i, k := range pairs {
 			label := fmt.Sprintf("pair %d (%s, %s)", i, k.p.Name(), printable(k.id))
 			r := in.peek(t, label, k.p, k.id)
-			for _, lr := range r.Limits {
+			for _, lr := range r.Limits() {
 				if lr.Used != int64(i+1) {
 					t.Errorf("%s: limit %q Used %d, want %d: it shares state with another pair", label, lr.Name, lr.Used, i+1)
 				}
@@ -239,7 +239,7 @@ func testManyIdentifiersKeepTheirState(t *testing.T, e *env) {
 	lost := 0
 	for i := 0; i < n; i++ {
 		r := e.main.peek(t, fmt.Sprint("peek ", i), p, fmt.Sprint("many:", i))
-		for _, lr := range r.Limits {
+		for _, lr := range r.Limits() {
 			if lr.Used != 1 {
 				lost++
 				if lost <= 5 {

@@ -426,16 +426,18 @@ func (v *limitView) figures(cost int64, allowed, fits bool) throttler.LimitResul
 // report builds the Result: every limit's figures and the binding limit's
 // at the top.
 func (m *Model) report(p *throttler.Policy, id string, views []limitView, cost int64, allowed bool, fits []bool) throttler.Result {
-	r := throttler.Result{Allowed: allowed, Policy: p.Name(), Identifier: id, Limits: make([]throttler.LimitResult, len(views))}
+	r := throttler.Result{Allowed: allowed, Policy: p.Name(), Identifier: id}
+	limits := make([]throttler.LimitResult, len(views))
 	for i := range views {
-		r.Limits[i] = views[i].figures(cost, allowed, fits[i])
+		limits[i] = views[i].figures(cost, allowed, fits[i])
 		if cost > capacity(views[i].limit) {
 			r.NeverAllowed = true
 		}
 	}
+	r.SetLimits(limits)
 	binding := 0
-	for i, lr := range r.Limits {
-		b := r.Limits[binding]
+	for i, lr := range limits {
+		b := limits[binding]
 		switch {
 		case allowed:
 			if lr.Remaining < b.Remaining || lr.Remaining == b.Remaining && lr.ResetAt.After(b.ResetAt) {
@@ -445,7 +447,7 @@ func (m *Model) report(p *throttler.Policy, id string, views []limitView, cost i
 			binding = i
 		}
 	}
-	b := r.Limits[binding]
+	b := limits[binding]
 	r.Binding, r.Window = b.Name, b.Window
 	r.Limit, r.Remaining, r.Used, r.ResetAt = b.Limit, b.Remaining, b.Used, b.ResetAt
 	if !allowed {

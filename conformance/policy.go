@@ -285,18 +285,18 @@ func testPolicyRedefinitionKeepsDroppedLimits(t *testing.T, e *env) {
 	}
 	e.at(10 * sec)
 	r := e.main.allow(t, "t10s under the hour alone", hourOnly, "user", 1)
-	if !r.Allowed || r.Limits[0].Used != 4 {
-		t.Errorf("t10s under the hour alone: allowed %v, hour Used %d; want allowed, 4", r.Allowed, r.Limits[0].Used)
+	if !r.Allowed || r.Limits()[0].Used != 4 {
+		t.Errorf("t10s under the hour alone: allowed %v, hour Used %d; want allowed, 4", r.Allowed, r.Limits()[0].Used)
 	}
 	e.at(20 * sec)
 	r = e.main.allow(t, "t20s under both again", both, "user", 1)
 	if r.Allowed {
 		t.Errorf("t20s under both again: allowed; the minute limit dropped by the redefinition must still be spent")
 	}
-	if got := r.Limits[0]; got.Used != 3 || !got.ResetAt.Equal(first.Limits[0].ResetAt) {
-		t.Errorf("t20s under both again: minute Used %d ResetAt %v; want 3, %v", got.Used, got.ResetAt, first.Limits[0].ResetAt)
+	if got := r.Limits()[0]; got.Used != 3 || !got.ResetAt.Equal(first.Limits()[0].ResetAt) {
+		t.Errorf("t20s under both again: minute Used %d ResetAt %v; want 3, %v", got.Used, got.ResetAt, first.Limits()[0].ResetAt)
 	}
-	if got := r.Limits[1].Used; got != 4 {
+	if got := r.Limits()[1].Used; got != 4 {
 		t.Errorf("t20s under both again: hour Used %d, want 4 (units from both definitions)", got)
 	}
 }

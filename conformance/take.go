@@ -99,8 +99,8 @@ func testConcurrentTakeExact(t *testing.T, e *env) {
 		t.Errorf("%d units granted in all, want exactly 100", granted)
 	}
 	r := e.main.peek(t, "after", p, "hot")
-	if r.Limits[0].Used != 100 || r.Limits[1].Used != 100 {
-		t.Errorf("after the burst: used %d and %d, want 100 on both limits", r.Limits[0].Used, r.Limits[1].Used)
+	if r.Limits()[0].Used != 100 || r.Limits()[1].Used != 100 {
+		t.Errorf("after the burst: used %d and %d, want 100 on both limits", r.Limits()[0].Used, r.Limits()[1].Used)
 	}
 }
 
@@ -122,7 +122,7 @@ func checkTake(t *testing.T, label string, r throttler.Result, granted int64, us
 	if r.Granted != granted || r.Allowed != (granted > 0) {
 		t.Errorf("%s: Granted %d Allowed %v, want %d and %v", label, r.Granted, r.Allowed, granted, granted > 0)
 	}
-	for _, l := range r.Limits {
+	for _, l := range r.Limits() {
 		if want, ok := used[l.Name]; ok && l.Used != want {
 			t.Errorf("%s: limit %s Used %d, want %d", label, l.Name, l.Used, want)
 		}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -63,6 +64,14 @@ var examples = []example{
 		`throttlekit_decisions_total{limit="3/min",outcome="denied",policy="api"} 1`,
 		`throttlekit_near_limit_total{limit="3/min",policy="api"} 1`,
 		"debug page names alice: true",
+	}},
+	{dir: "per-user-redis", env: redisEnv, want: []string{
+		`alice: 200 resource="users" remaining="2"`,
+		`alice: 200 resource="users" remaining="0"`,
+		`alice: 429 resource="users" remaining="0"`,
+		`anonymous: 200 resource="anonymous" remaining="1"`,
+		`anonymous: 429 resource="anonymous" remaining="0"`,
+		`anonymous, per-user rule alone: 200 resource="" remaining=""`,
 	}},
 	{dir: "partner-quota", env: redisEnv, want: []string{
 		"granted: ", "calls; ",
@@ -181,15 +190,12 @@ func TestExamples(t *testing.T) {
 	}
 }
 
-// TestREADMEShowsEveryExample: every program appears verbatim in README.md,
-// inside a go code block, so that every snippet a user pastes is a program
-// CI compiles and runs.
-func TestREADMEShowsEveryExample(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks := goBlocks(string(readme))
+// TestEveryExampleIsShownOrLinked: every program is either shown verbatim
+// in a go block of README.md or a guide under docs/, or linked from one of
+// them (a Markdown link to examples/<name>/), so that a reader finds every
+// program CI compiles and runs.
+func TestEveryExampleIsShownOrLinked(t *testing.T) {
+	pages := markdownPages(t)
 	dirs, err := filepath.Glob("*/main.go")
 	if err != nil {
 		t.Fatal(err)
@@ -202,35 +208,80 @@ func TestREADMEShowsEveryExample(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		name := filepath.Dir(path)
+		link := regexp.MustCompile(`\]\((\.\./)?examples/` + regexp.QuoteMeta(name) + `/(main\.go)?\)`)
 		found := false
-		for _, b := range blocks {
-			if strings.TrimSpace(b) == strings.TrimSpace(string(src)) {
+		for _, page := range pages {
+			if link.MatchString(page.text) {
 				found = true
+			}
+			for _, b := range goBlocks(page.text) {
+				if strings.TrimSpace(b) == strings.TrimSpace(string(src)) {
+					found = true
+				}
 			}
 		}
 		if !found {
-			t.Errorf("README.md does not show examples/%s verbatim in a go block", path)
+			t.Errorf("examples/%s is neither shown verbatim in a go block nor linked as examples/%s/ from README.md or docs/*.md", path, name)
 		}
 	}
-	// Every go block is a file of the repository, compiled and run by
-	// make test: an example program or a conformance test.
-	known := dirs
-	known = append(known, "../backend/memory/conformance_test.go")
-	for _, b := range blocks {
-		found := false
-		for _, path := range known {
-			src, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
+}
+
+// TestDocsShowProgramsAsTheyAre: a go block that claims to be an example,
+// by starting with the "// Command <name>" comment of examples/<name>, is
+// that file verbatim, in README.md and in every guide under docs/. Every go
+// block of README.md moreover is a file of the repository, compiled and run
+// by make test (guides may also show fragments).
+func TestDocsShowProgramsAsTheyAre(t *testing.T) {
+	claim := regexp.MustCompile(`^// Command ([a-z0-9-]+) `)
+	for _, page := range markdownPages(t) {
+		for _, b := range goBlocks(page.text) {
+			m := claim.FindStringSubmatch(strings.TrimSpace(b))
+			if m == nil {
+				if page.path == "../README.md" && !sameAsFile(t, b, "../backend/memory/conformance_test.go") {
+					t.Errorf("README.md has a go block that is no file of the repository, so nothing compiles it:\n%.200s", b)
+				}
+				continue
 			}
-			if strings.TrimSpace(b) == strings.TrimSpace(string(src)) {
-				found = true
+			path := filepath.Join(m[1], "main.go")
+			if _, err := os.Stat(path); err != nil {
+				t.Errorf("%s shows a program that claims to be examples/%s, which does not exist", page.path, path)
+				continue
 			}
-		}
-		if !found {
-			t.Errorf("README.md has a go block that is no file of the repository, so nothing compiles it:\n%.200s", b)
+			if !sameAsFile(t, b, path) {
+				t.Errorf("%s shows examples/%s, but not as the file is: copy the file into the page again", page.path, path)
+			}
 		}
 	}
+}
+
+// page is a Markdown file: README.md or a guide under docs/.
+type page struct{ path, text string }
+
+func markdownPages(t *testing.T) []page {
+	t.Helper()
+	paths, err := filepath.Glob("../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pages []page
+	for _, p := range append([]string{"../README.md"}, paths...) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages = append(pages, page{p, string(b)})
+	}
+	return pages
+}
+
+func sameAsFile(t *testing.T, block, path string) bool {
+	t.Helper()
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(block) == strings.TrimSpace(string(src))
 }
 
 func goBlocks(md string) []string {

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/throttlekit/throttlekit/throttler"
@@ -108,7 +110,7 @@ type HeaderOptions struct {
 // written as %XX.
 func WriteHeaders(h http.Header, r throttler.Result, p *throttler.Policy, opts HeaderOptions) {
 	now := r.At
-	if len(r.Limits) == 0 {
+	if r.NumLimits() == 0 {
 		return
 	}
 	resource := opts.Resource
@@ -178,7 +180,7 @@ func retryAfterSeconds(r throttler.Result) (int64, bool) {
 // WriteHeaders describes. resource replaces the policy's name when not
 // empty. It returns "" for a Result without limits.
 func rateLimitValue(r throttler.Result, now time.Time, resource string) string {
-	if len(r.Limits) == 0 {
+	if r.NumLimits() == 0 {
 		return ""
 	}
 	if resource == "" {
@@ -189,7 +191,7 @@ func rateLimitValue(r throttler.Result, now time.Time, resource string) string {
 		remaining = 0
 	}
 	var b strings.Builder
-	appendSFString(&b, memberName(resource, len(r.Limits), r.Binding))
+	appendSFString(&b, memberName(resource, r.NumLimits(), r.Binding))
 	b.WriteString(";r=")
 	b.WriteString(strconv.FormatInt(min(remaining, maxSFInteger), 10))
 	var reset int64
@@ -208,11 +210,45 @@ func rateLimitValue(r throttler.Result, now time.Time, resource string) string {
 	return b.String()
 }
 
+// policyValues caches rateLimitPolicyValue per (policy, resource): a
+// policy never changes once built, and its field value is the same on every
+// response, so building it once spares each response a copy of the
+// policy's limits and the string. It holds at most maxPolicyValues
+// entries; past that, values are built per response (a program that makes
+// policies per request must not grow the cache without bound).
+var policyValues struct {
+	m sync.Map // policyValueKey -> string
+	n atomic.Int64
+}
+
+// maxPolicyValues bounds policyValues.
+const maxPolicyValues = 4096
+
+type policyValueKey struct {
+	p        *throttler.Policy
+	resource string
+}
+
 // rateLimitPolicyValue returns the IETF RateLimit-Policy field value for p:
 // one list member per limit, "<name>";q=<quota>;w=<window seconds>, as
 // WriteHeaders describes. resource replaces the policy's name when not
 // empty. It returns "" for a nil or zero policy.
 func rateLimitPolicyValue(p *throttler.Policy, resource string) string {
+	key := policyValueKey{p, resource}
+	if v, ok := policyValues.m.Load(key); ok {
+		return v.(string)
+	}
+	v := buildRateLimitPolicyValue(p, resource)
+	if v != "" && policyValues.n.Load() < maxPolicyValues {
+		if _, loaded := policyValues.m.LoadOrStore(key, v); !loaded {
+			policyValues.n.Add(1)
+		}
+	}
+	return v
+}
+
+// buildRateLimitPolicyValue is rateLimitPolicyValue without the cache.
+func buildRateLimitPolicyValue(p *throttler.Policy, resource string) string {
 	limits := p.Limits()
 	if len(limits) == 0 {
 		return ""
@@ -258,9 +294,9 @@ func violatedPolicies(r throttler.Result, resource string) []string {
 		resource = r.Policy
 	}
 	var names []string
-	for _, l := range r.Limits {
-		if !l.Allowed {
-			names = append(names, memberName(resource, len(r.Limits), l.Name))
+	for i, n := 0, r.NumLimits(); i < n; i++ {
+		if l := r.LimitAt(i); !l.Allowed {
+			names = append(names, memberName(resource, n, l.Name))
 		}
 	}
 	return names

@@ -313,3 +313,40 @@ func TestCeilSecondsAndCeilUnix(t *testing.T) {
 	assert.EqualValues(t, 1_700_000_001, ceilUnix(time.Unix(1_700_000_000, 1)))
 	assert.EqualValues(t, 1_700_000_001, ceilUnix(time.UnixMilli(1_700_000_000_999)))
 }
+
+// TestRateLimitPolicyValueIsBuiltOnce: a policy's RateLimit-Policy value is
+// built on its first response and read back afterwards, without copying
+// the policy's limits; a value per resource name.
+func TestRateLimitPolicyValueIsBuiltOnce(t *testing.T) {
+	want := `"core:burst";q=2;w=1, "core:hourly";q=100;w=3600`
+	p, err := throttler.NewPolicy("core", []throttler.Limit{throttler.PerSecond(2).Named("burst"), throttler.PerHour(100).Named("hourly")})
+	require.NoError(t, err)
+	require.Equal(t, want, rateLimitPolicyValue(p, ""))
+	assert.Equal(t, `"api:burst";q=2;w=1, "api:hourly";q=100;w=3600`, rateLimitPolicyValue(p, "api"))
+	allocs := testing.AllocsPerRun(100, func() {
+		if v := rateLimitPolicyValue(p, ""); v != want {
+			t.Fatalf("got %q", v)
+		}
+	})
+	assert.Zero(t, allocs, "a cached value is read back without allocating")
+}
+
+// TestViolatedPoliciesReadsEachLimit: the names of every limit that denied
+// a multi-limit request, in the policy's order, read with LimitAt.
+func TestViolatedPoliciesReadsEachLimit(t *testing.T) {
+	p, err := throttler.NewPolicy("core", []throttler.Limit{throttler.PerSecond(1).Named("a"),
+		throttler.PerHour(5).Named("b"), throttler.PerMinute(1).Named("c")})
+	require.NoError(t, err)
+	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttler.NewManualClock(headersT0)))
+	ctx := context.Background()
+	_, err = th.Allow(ctx, p, "u")
+	require.NoError(t, err)
+	r, err := th.Allow(ctx, p, "u")
+	require.NoError(t, err)
+	require.False(t, r.Allowed)
+	assert.Equal(t, []string{"core:a", "core:c"}, violatedPolicies(r, ""))
+	assert.Equal(t, []string{"api:a", "api:c"}, violatedPolicies(r, "api"))
+	allowed, err := th.Allow(ctx, p, "v")
+	require.NoError(t, err)
+	assert.Nil(t, violatedPolicies(allowed, ""))
+}

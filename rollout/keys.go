@@ -111,25 +111,39 @@ func (v *v1Keys) Nonblocking() bool {
 }
 
 // UpgradeKeys returns the backend a deployment uses while it moves from the
-// limit keys of layout 1 to those of layout 2 in one store b: a split-mode
-// rollout at 100 % from KeyLayoutV1(b) to b, with seeding, so that every
-// identifier's first decision within its policy's horizon reads its
-// layout-1 state and carries it into its layout-2 keys in the same step.
-// No open window restarts and no quota is granted twice. Once every
-// process has run it for the longest horizon of its policies (the longest
-// window, twice that for a sliding window), the layout-1 keys hold nothing
-// that counts and b can be used alone. opts are rollout options (say
-// WithSeedMemory); the mode and source are set here. Reset forgets both
-// layouts' state. b is closed once, with the returned Backend's Close: the
-// layout-1 side has no Close of its own.
+// limit keys of layout 1 to those of layout 2 in one store b:
+// Upgrade(KeyLayoutV1(b), b). Once every process has run it for the longest
+// horizon of its policies (the longest window, twice that for a sliding
+// window), the layout-1 keys hold nothing that counts and b can be used
+// alone. b is closed once, with the returned Backend's Close: the layout-1
+// side has no Close of its own.
 func UpgradeKeys(b driver.Backend, opts ...Option) (*Backend, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: nil backend", driver.ErrInvalidOption)
 	}
-	all, err := NewStaticSource(100, WithStaticGroupID("throttlekit-key-layout"))
+	return Upgrade(KeyLayoutV1(b), b, opts...)
+}
+
+// Upgrade returns the backend a deployment uses while it moves its state
+// from one stored layout, from, to another, to, without a window restart:
+// a split-mode rollout at 100 % from from to to, with seeding, so that every
+// identifier's first decision within its policy's horizon reads its state
+// in from and carries it into to in the same step. No open window restarts
+// and no quota is granted twice; from is only read (peeked) and reset, so
+// it may be a read-only view such as KeyLayoutV1 over a store, or the
+// layout-2 view of the Redis backend (redisbackend.Backend.Layout2). Once
+// every process has run it for the longest horizon of its policies, from
+// holds nothing that counts and to can be used alone. opts are rollout
+// options (say WithSeedMemory); the mode and source are set here. Reset
+// forgets the state in both.
+func Upgrade(from, to driver.Backend, opts ...Option) (*Backend, error) {
+	if from == nil || to == nil {
+		return nil, fmt.Errorf("%w: nil backend", driver.ErrInvalidOption)
+	}
+	all, err := NewStaticSource(100, WithStaticGroupID("throttlekit-layout-upgrade"))
 	if err != nil {
 		return nil, err
 	}
 	opts = append(opts, WithMode(SplitMode), WithSeeding(true))
-	return New(KeyLayoutV1(b), b, all, opts...)
+	return New(from, to, all, opts...)
 }

@@ -47,9 +47,12 @@ type migration struct {
 	seed     uint64
 	parallel int // goroutines deciding one tick's requests
 	opts     []Option
-	// upgrade deploys UpgradeKeys(newB) instead of a rollout from oldB to
-	// newB (steps must be empty): oldB is then KeyLayoutV1 over newB's store.
+	// upgrade deploys Upgrade(oldB, newB) instead of a rollout from oldB to
+	// newB (steps must be empty), or Upgrade(from, newB) when from is set:
+	// the read-only old side of a store's own upgrade, over the keys oldB
+	// wrote before the deploy.
 	upgrade bool
+	from    driver.Backend
 }
 
 // migrationReport counts how the rollout's results differed from the
@@ -85,7 +88,11 @@ func (m migration) run(t *testing.T, oldB, newB driver.Backend, callTimeout time
 	var rb *Backend
 	if m.upgrade {
 		var err error
-		rb, err = UpgradeKeys(newB, m.opts...)
+		from := oldB
+		if m.from != nil {
+			from = m.from
+		}
+		rb, err = Upgrade(from, newB, m.opts...)
 		require.NoError(t, err)
 	} else {
 		rb = mustRollout(t, oldB, newB, src, append([]Option{WithMode(m.mode)}, m.opts...)...)
@@ -136,14 +143,14 @@ func (m migration) run(t *testing.T, oldB, newB driver.Backend, callTimeout time
 			rep.lostGrants++
 			wrong = "lost grant"
 		}
-		for i := range want.Limits {
-			if !want.Limits[i].ResetAt.Equal(got.Limits[i].ResetAt) {
+		for i := range want.Limits() {
+			if !want.Limits()[i].ResetAt.Equal(got.Limits()[i].ResetAt) {
 				rep.resetChanges++
-				wrong += fmt.Sprintf(" ResetAt %v want %v", got.Limits[i].ResetAt, want.Limits[i].ResetAt)
+				wrong += fmt.Sprintf(" ResetAt %v want %v", got.Limits()[i].ResetAt, want.Limits()[i].ResetAt)
 			}
-			if want.Limits[i].Remaining != got.Limits[i].Remaining {
+			if want.Limits()[i].Remaining != got.Limits()[i].Remaining {
 				rep.remaining++
-				wrong += fmt.Sprintf(" Remaining %d want %d", got.Limits[i].Remaining, want.Limits[i].Remaining)
+				wrong += fmt.Sprintf(" Remaining %d want %d", got.Limits()[i].Remaining, want.Limits()[i].Remaining)
 			}
 		}
 		if wrong != "" && rep.first == "" {

@@ -14,6 +14,7 @@ import (
 	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
 	redisgroups "github.com/throttlekit/throttlekit/backend/redis/groups"
 	"github.com/throttlekit/throttlekit/internal/localserver"
+	"github.com/throttlekit/throttlekit/internal/redislayout2"
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
@@ -89,7 +90,7 @@ func TestMirrorMemcachedToRedis(t *testing.T) {
 				if tc.name != "gcra" {
 					require.Equal(t, spent[id], o.Used, "%s on memcached", id)
 				}
-				require.Equal(t, o.Limits, n.Limits, "%s: memcached and redis differ", id)
+				require.Equal(t, o.Limits(), n.Limits(), "%s: memcached and redis differ", id)
 			}
 
 			// Everything to Redis mid-window: each identifier gets exactly
@@ -198,23 +199,48 @@ func TestFaithfulMigrationMemcachedToShardedRedis(t *testing.T) {
 	}
 }
 
-// TestKeyLayoutUpgradeOnRealRedis: a Redis deployment whose keys follow
-// layout 1 (an unnamed limit keyed by its notation) is upgraded with
-// UpgradeKeys while 300 clients keep calling: every ResetAt is kept.
-func TestKeyLayoutUpgradeOnRealRedis(t *testing.T) {
+// TestLayoutUpgradeOnRealRedis: a Redis deployment of an earlier release,
+// one string per limit with windows open, is upgraded to layout 3 (one hash
+// per policy) with Upgrade and the backend's read-only Layout2 view while
+// 300 clients keep calling: every ResetAt is kept and no quota is granted
+// twice. Both earlier layouts: 2, and 1, whose unnamed limits were keyed by
+// their notation (read through KeyLayoutV1).
+func TestLayoutUpgradeOnRealRedis(t *testing.T) {
 	rd := localserver.RedisT(t, localserver.RedisOptions{})
 	client := goredis.NewClient(&goredis.Options{Addr: rd.Addr()})
 	t.Cleanup(func() { _ = client.Close() })
-	store, err := redisbackend.New(client, redisbackend.WithPrefix("upgrade:"))
-	require.NoError(t, err)
-	m := migration{mode: SplitMode, limits: "3/5s, 10/min, 20/min gcra", ids: 300, before: 70 * time.Second, after: 90 * time.Second,
-		seed: 300, parallel: 8, upgrade: true}
-	rep, rb := m.run(t, KeyLayoutV1(store), store, 5*time.Second)
-	t.Logf("upgrade: %v; stats %+v", rep, rb.Stats())
-	assert.Zero(t, rep.resetChanges+rep.remaining+rep.doubleGrants+rep.lostGrants, "%v; first: %s", rep, rep.first)
-	assert.NotZero(t, rb.Stats().Seeded)
-	// The layout-1 keys were real: the store held them before the upgrade.
-	n, err := client.Keys(context.Background(), "upgrade:*%2F*").Result()
-	require.NoError(t, err)
-	assert.NotEmpty(t, n, "layout-1 keys (an unnamed limit's notation) were written before the upgrade")
+	for i, tc := range []struct {
+		name     string
+		old      func(w *redislayout2.Writer) driver.Backend
+		from     func(b *redisbackend.Backend) driver.Backend
+		oldNames string // a pattern the old release's keys match
+	}{
+		{"layout 2", func(w *redislayout2.Writer) driver.Backend { return w },
+			func(b *redisbackend.Backend) driver.Backend { return b.Layout2() }, "*:fixed:60000"},
+		{"layout 1", func(w *redislayout2.Writer) driver.Backend { return KeyLayoutV1(w) },
+			func(b *redisbackend.Backend) driver.Backend { return KeyLayoutV1(b.Layout2()) }, "*%2F*"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prefix := fmt.Sprintf("upgrade%d:", i)
+			store, err := redisbackend.New(client, redisbackend.WithPrefix(prefix))
+			require.NoError(t, err)
+			m := migration{mode: SplitMode, limits: "3/5s, 10/min, 20/min gcra", ids: 300, before: 70 * time.Second, after: 90 * time.Second,
+				seed: 300, parallel: 8, upgrade: true, from: tc.from(store)}
+			rep, rb := m.run(t, tc.old(redislayout2.New(client, prefix)), store, 5*time.Second)
+			t.Logf("upgrade: %v; stats %+v", rep, rb.Stats())
+			assert.Zero(t, rep.resetChanges+rep.remaining+rep.doubleGrants+rep.lostGrants, "%v; first: %s", rep, rep.first)
+			assert.NotZero(t, rb.Stats().Seeded)
+			// The old keys were real strings, written before the upgrade, and
+			// the new state is in layout-3 hashes.
+			old, err := client.Keys(context.Background(), prefix+"{"+tc.oldNames).Result()
+			require.NoError(t, err)
+			require.NotEmpty(t, old, "the old release's keys")
+			typ, err := client.Type(context.Background(), old[0]).Result()
+			require.NoError(t, err)
+			assert.Equal(t, "string", typ)
+			hashes, err := client.Keys(context.Background(), prefix+"v3:*").Result()
+			require.NoError(t, err)
+			assert.Len(t, hashes, 300)
+		})
+	}
 }

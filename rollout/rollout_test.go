@@ -182,7 +182,7 @@ func TestMirrorMovedIdentifierKeepsWindow(t *testing.T) {
 			}
 			oldPeek := newView(oldB, clock, policy).peek(t, id)
 			newPeek := newView(newB, clock, policy).peek(t, id)
-			assert.Equal(t, oldPeek.Limits, newPeek.Limits, "the new backend mirrors the old one")
+			assert.Equal(t, oldPeek.Limits(), newPeek.Limits(), "the new backend mirrors the old one")
 
 			require.NoError(t, src.Set(100)) // move everything to the new backend mid-window
 			require.Equal(t, SideNew, rb.Side(id))

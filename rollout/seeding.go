@@ -400,7 +400,11 @@ func (b *Backend) carry(ctx context.Context, side Side, req driver.Request, prim
 // diverged reports whether a secondary that held prior before a mirrored
 // write was apart from the primary: had it decided the same request (cost
 // decided, 0 for a denial) itself, some limit would count differently at
-// now than the primary's states after the decision.
+// now than the primary's states after the decision. A secondary that
+// already held everything the primary's states carry (the merge would change
+// nothing) is not apart: that is what two writes for one identifier find
+// when they land in the other order than their decisions, the later
+// decision's first.
 func diverged(req driver.Request, prior, primary []driver.State, decided int64) bool {
 	p := req.Policy
 	if len(prior) != len(p.Limits) {
@@ -408,6 +412,10 @@ func diverged(req driver.Request, prior, primary []driver.State, decided int64) 
 	}
 	var buf [4]driver.State // policies of up to 4 limits replay on the stack
 	replay := append(buf[:0], prior...)
+	if !driver.Merge(p, req.Now, replay, primary) {
+		return false
+	}
+	replay = append(replay[:0], prior...)
 	if decided > 0 && !driver.Decide(p, req.Now, decided, replay) {
 		return true
 	}

@@ -80,14 +80,9 @@ func (c *denyCache) lookup(p *Policy, id string, cost int64, now time.Time) (Res
 	r := d.result
 	sh.mu.Unlock()
 	elapsed := now.Sub(r.At)
-	limits, _ := buffers(len(r.Limits))
-	copy(limits, r.Limits)
-	for i := range limits {
-		if !limits[i].Allowed && limits[i].RetryAfter != Never {
-			limits[i].RetryAfter = max(limits[i].RetryAfter-elapsed, time.Millisecond)
-		}
-	}
-	r.Limits = limits
+	// The per-limit figures stay those of the denial, every denying
+	// limit's RetryAfter counted down by the time since.
+	r.limits.shifted, r.limits.shift = true, elapsed
 	r.RetryAfter = max(r.RetryAfter-elapsed, time.Millisecond)
 	r.At = now
 	r.Cached = true
@@ -95,15 +90,14 @@ func (c *denyCache) lookup(p *Policy, id string, cost int64, now time.Time) (Res
 }
 
 // remember stores a denial of a request of cost.
-func (c *denyCache) remember(p *Policy, r Result, cost int64) {
+func (c *denyCache) remember(p *Policy, r *Result, cost int64) {
 	if r.Allowed || r.Degraded || r.NeverAllowed || r.RetryAfter <= 0 || cost <= 0 {
 		return
 	}
 	until := r.At.Add(min(r.RetryAfter, c.maxStale))
 	sh := c.shard(r.Identifier)
 	key := denyKey{p.compiled.Name, r.Identifier}
-	stored := r
-	stored.Limits = append([]LimitResult(nil), r.Limits...)
+	stored := *r
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if _, ok := sh.entries[key]; !ok && len(sh.entries) >= c.perShard {

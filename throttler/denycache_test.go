@@ -52,7 +52,7 @@ func TestDenyCacheAnswersWithoutTheBackend(t *testing.T) {
 	assert.Equal(t, calls, b.decides.Load(), "no backend call")
 	assert.Equal(t, first.ResetAt, r.ResetAt, "the same window end")
 	assert.Equal(t, first.RetryAfter-20*time.Second, r.RetryAfter)
-	assert.Equal(t, first.Limits[0].RetryAfter-20*time.Second, r.Limits[0].RetryAfter)
+	assert.Equal(t, first.Limits()[0].RetryAfter-20*time.Second, r.Limits()[0].RetryAfter)
 	assert.Zero(t, r.Remaining)
 
 	// A smaller cost than the cached one is not known to be denied.

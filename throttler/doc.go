@@ -46,7 +46,8 @@
 //
 // A Result's top-level fields describe the binding limit: on allow the one
 // with the smallest Remaining (ties: latest ResetAt), on deny the denying
-// one with the largest RetryAfter. Limits has every limit's figures.
+// one with the largest RetryAfter. Limits returns every limit's figures
+// (LimitAt reads one without allocating).
 //
 // A cost above a limit's capacity can never be allowed. Such a request is
 // denied without touching state, the Result has NeverAllowed set and

@@ -75,7 +75,8 @@ func (t *Throttler) AllowAll(ctx context.Context, cost int64, subjects ...Subjec
 	}
 	results := make([]Result, 0, len(subjects))
 	for _, s := range subjects {
-		r, err := t.decide(ctx, s.Policy, s.Identifier, cost)
+		var r Result
+		err := t.decide(ctx, s.Policy, s.Identifier, cost, &r)
 		results = append(results, r)
 		if err != nil || !r.Allowed {
 			t.giveBack(ctx, cost, subjects, results[:len(results)-1])
@@ -92,8 +93,9 @@ func (t *Throttler) AllowAll(ctx context.Context, cost int64, subjects ...Subjec
 // peek's per-limit figures carry the stored state exactly: a fixed window's
 // Used and end, a GCRA limit's TAT (ResetAt = max(TAT, now)).
 func (t *Throttler) wouldAllow(s Subject, cost int64, peek Result) Result {
-	states := make([]driver.State, len(peek.Limits))
-	for i, l := range peek.Limits {
+	states := make([]driver.State, peek.NumLimits())
+	for i := range states {
+		l := peek.LimitAt(i)
 		if l.Algorithm == GCRA {
 			states[i] = driver.State{End: l.ResetAt.UnixMicro()}
 		} else {
@@ -103,7 +105,7 @@ func (t *Throttler) wouldAllow(s Subject, cost int64, peek Result) Result {
 	now := peek.At
 	probe := append([]driver.State(nil), states...)
 	allowed := driver.Decide(s.Policy.compiled, now, cost, probe)
-	r := evaluate(s.Policy, now, cost, allowed, states, nil)
+	r := evaluated(s.Policy.compiled, now, cost, allowed, states)
 	r.Identifier = s.Identifier
 	return r
 }

@@ -9,7 +9,7 @@ import (
 
 // Event describes one throttler operation for an Observer. It is passed by
 // value, so that observing costs the request path no allocation; an
-// observer that keeps one beyond Observe must copy Result.Limits.
+// observer may keep one beyond Observe.
 type Event struct {
 	// Op is the operation: "allow" (AllowN, Allow and each subject of
 	// AllowAll), "peek", "refund" or "reset"; for concurrency limits

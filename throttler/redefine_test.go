@@ -69,7 +69,7 @@ func TestRaisingMaxKeepsTheWindow(t *testing.T) {
 			got, err = th.Allow(ctx, raised, "u")
 			require.NoError(t, err)
 			assert.Equal(t, c.after20s, got.Allowed)
-			if got.Limits[0].Algorithm != throttler.GCRA {
+			if got.Limits()[0].Algorithm != throttler.GCRA {
 				assert.Equal(t, spent.ResetAt, got.ResetAt, "the third unit lands in the same window")
 			}
 			denied, err := th.Allow(ctx, raised, "u")
@@ -116,8 +116,8 @@ func TestPolicyRebuiltFromLimitsKeepsTheWindow(t *testing.T) {
 	require.NoError(t, err)
 	got, err := th.Peek(ctx, rebuilt, "u")
 	require.NoError(t, err)
-	assert.EqualValues(t, 1, got.Limits[0].Remaining)
-	assert.EqualValues(t, 98, got.Limits[1].Remaining)
+	assert.EqualValues(t, 1, got.Limits()[0].Remaining)
+	assert.EqualValues(t, 98, got.Limits()[1].Remaining)
 
 	// A literal named after a notation, even another limit's, names
 	// nothing either.
@@ -148,7 +148,7 @@ func TestNamedLimitsHaveTheirOwnWindows(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, r.Allowed)
 	assert.Equal(t, "2/min", r.Binding)
-	assert.EqualValues(t, 3, r.Limits[1].Remaining, "a denial spends nothing")
+	assert.EqualValues(t, 3, r.Limits()[1].Remaining, "a denial spends nothing")
 }
 
 // Two unnamed limits of one window and algorithm would share one key:

@@ -12,7 +12,9 @@ const Never = driver.Never
 // Result is the outcome of a decision for one identifier. Its top-level
 // fields describe the binding limit: on allow, the limit with the smallest
 // Remaining (ties: the latest ResetAt); on deny, the denying limit with the
-// largest RetryAfter. Limits holds every limit's own figures.
+// largest RetryAfter. Limits returns every limit's own figures, computed
+// when asked for: a Result holds what they are computed from, in place for
+// policies of up to four limits, so that deciding allocates nothing.
 type Result struct {
 	// Allowed reports whether the request may proceed.
 	Allowed bool
@@ -34,8 +36,6 @@ type Result struct {
 	Binding string
 	// Window is the binding limit's window.
 	Window time.Duration
-	// Limits holds each limit's figures, in the policy's order.
-	Limits []LimitResult
 	// Policy and Identifier name what was decided.
 	Policy, Identifier string
 	// At is the clock reading the decision was made at; ResetAt - At is how
@@ -62,6 +62,9 @@ type Result struct {
 	// Granted is the number of units the decision charged: the cost when
 	// allowed, 0 when denied; for AllowUpTo, the k it granted.
 	Granted int64
+
+	// limits is what Limits computes the per-limit figures from.
+	limits limitSource
 }
 
 // LimitResult is one limit's part of a Result.
@@ -82,66 +85,171 @@ type LimitResult struct {
 	RetryAfter time.Duration
 }
 
-// evaluate turns the states a backend returned into a Result, whose
-// per-limit figures go to out when it has room for them.
-func evaluate(p *Policy, now time.Time, cost int64, allowed bool, states []driver.State, out []LimitResult) Result {
-	limits := p.compiled.Limits
-	if len(out) != len(limits) {
-		out = make([]LimitResult, len(limits))
+// inlineLimits is the most limits whose states a Result holds in place.
+const inlineLimits = 4
+
+// limitSource is what a Result's per-limit figures are computed from: the
+// states a decision left, evaluated on demand exactly as the decision
+// evaluated them to pick the binding limit.
+type limitSource struct {
+	policy *driver.Policy // nil: no figures, or given ones
+	at     time.Time      // the clock reading the states were decided at
+	cost   int64
+	// allowed is the verdict the states were evaluated with; closed makes
+	// every limit show exhausted (a failure mode's denial); shifted counts
+	// every denying limit's RetryAfter down by shift (the deny cache).
+	allowed, closed, shifted bool
+	shift                    time.Duration
+	states                   [inlineLimits]driver.State
+	extra                    *limitExtra // nil for policies of up to four limits
+}
+
+// limitExtra holds what does not fit in a limitSource: the states of a
+// policy of more than four limits, or figures given by SetLimits. It is
+// never changed once built, so that copies of a Result may share it.
+type limitExtra struct {
+	states []driver.State
+	given  []LimitResult
+}
+
+// NumLimits returns the number of limits Limits reports: one per limit of
+// the policy decided, 0 for a result that carries no per-limit figures.
+func (r Result) NumLimits() int {
+	if r.limits.policy != nil {
+		return len(r.limits.policy.Limits)
 	}
-	r := Result{Allowed: allowed, Policy: p.compiled.Name, At: now, Limits: out}
+	if r.limits.extra != nil {
+		return len(r.limits.extra.given)
+	}
+	return 0
+}
+
+// LimitAt returns the figures of the i-th limit, in the policy's order, as
+// Limits()[i] would, without allocating; the zero LimitResult when i is out
+// of range.
+func (r Result) LimitAt(i int) LimitResult { return r.limits.figures(i) }
+
+// Limits returns each limit's figures, in the policy's order, in a new
+// slice the caller may keep; nil when the result carries none (a lease's
+// result, a failed operation's). NumLimits and LimitAt read the same
+// figures without allocating.
+func (r Result) Limits() []LimitResult {
+	n := r.NumLimits()
+	if n == 0 {
+		return nil
+	}
+	out := make([]LimitResult, n)
+	for i := range out {
+		out[i] = r.limits.figures(i)
+	}
+	return out
+}
+
+// SetLimits makes Limits report a copy of ls, for a Result built outside a
+// throttler, such as a model's expected result in a test or a fake's.
+func (r *Result) SetLimits(ls []LimitResult) {
+	r.limits = limitSource{}
+	if ls != nil {
+		r.limits.extra = &limitExtra{given: append(make([]LimitResult, 0, len(ls)), ls...)}
+	}
+}
+
+// state returns the state of the i-th limit.
+func (s *limitSource) state(i int) driver.State {
+	if s.extra != nil {
+		return s.extra.states[i]
+	}
+	return s.states[i]
+}
+
+// figures computes the i-th limit's figures.
+func (s *limitSource) figures(i int) LimitResult {
+	if s.policy == nil {
+		if s.extra != nil && i >= 0 && i < len(s.extra.given) {
+			return s.extra.given[i]
+		}
+		return LimitResult{}
+	}
+	if i < 0 || i >= len(s.policy.Limits) {
+		return LimitResult{}
+	}
+	l := &s.policy.Limits[i]
+	st := driver.Evaluate(l, s.state(i), s.at, s.cost, s.allowed)
+	lr := LimitResult{Name: l.Name, Algorithm: l.Algorithm, Window: l.Window, Allowed: st.Allowed,
+		Limit: st.Limit, Remaining: st.Remaining, Used: st.Used, ResetAt: st.ResetAt, RetryAfter: st.RetryAfter}
+	if s.closed {
+		lr.Allowed, lr.Remaining, lr.Used, lr.RetryAfter = false, 0, lr.Limit, degradedRetryAfter
+	}
+	if s.shifted && !lr.Allowed && lr.RetryAfter != Never {
+		lr.RetryAfter = max(lr.RetryAfter-s.shift, time.Millisecond)
+	}
+	return lr
+}
+
+// evaluate sets r from the states a backend returned for a request of cost
+// at now under p (missing states count as nothing stored): the verdict,
+// the binding limit's figures at the top, and what the per-limit figures
+// are computed from. Every other field is left as it was.
+func (r *Result) evaluate(p *driver.Policy, now time.Time, cost int64, allowed bool, states []driver.State) {
+	n := len(p.Limits)
+	r.Allowed, r.Policy, r.At, r.Granted = allowed, p.Name, now, 0
 	if allowed {
 		r.Granted = cost
 	}
-	for i := range limits {
+	src := &r.limits
+	src.policy, src.at, src.cost, src.allowed = p, now, cost, allowed
+	src.closed, src.shifted, src.shift, src.extra = false, false, 0, nil
+	var more []driver.State
+	if n > inlineLimits {
+		more = make([]driver.State, n)
+		src.extra = &limitExtra{states: more}
+	}
+	// The binding limit (see Result): on deny, the denying limit with the
+	// largest RetryAfter; otherwise, or when no limit alone denies (a store
+	// that raced), the smallest Remaining, ties to the latest ResetAt.
+	deny, keep := -1, -1
+	var denySt, keepSt driver.Status
+	for i := range n {
 		var s driver.State
 		if i < len(states) {
 			s = states[i]
 		}
-		l := &limits[i]
-		st := driver.Evaluate(l, s, now, cost, allowed)
-		r.Limits[i] = LimitResult{Name: l.Name, Algorithm: l.Algorithm, Window: l.Window, Allowed: st.Allowed,
-			Limit: st.Limit, Remaining: st.Remaining, Used: st.Used, ResetAt: st.ResetAt, RetryAfter: st.RetryAfter}
-	}
-	r.setBinding(pickBinding(r.Limits, allowed))
-	return r
-}
-
-// pickBinding returns the index of the binding limit.
-func pickBinding(ls []LimitResult, allowed bool) int {
-	best := -1
-	if !allowed {
-		for i := range ls {
-			if !ls[i].Allowed && (best < 0 || ls[i].RetryAfter > ls[best].RetryAfter) {
-				best = i
-			}
+		if more != nil {
+			more[i] = s
+		} else {
+			src.states[i] = s
 		}
-		if best >= 0 {
-			return best
+		st := driver.Evaluate(&p.Limits[i], s, now, cost, allowed)
+		if !allowed && !st.Allowed && (deny < 0 || st.RetryAfter > denySt.RetryAfter) {
+			deny, denySt = i, st
 		}
-		// A backend denied although no single limit would (a racing
-		// non-atomic store): report the tightest limit.
-	}
-	for i := range ls {
-		if best < 0 || ls[i].Remaining < ls[best].Remaining ||
-			ls[i].Remaining == ls[best].Remaining && ls[i].ResetAt.After(ls[best].ResetAt) {
-			best = i
+		if keep < 0 || st.Remaining < keepSt.Remaining || st.Remaining == keepSt.Remaining && st.ResetAt.After(keepSt.ResetAt) {
+			keep, keepSt = i, st
 		}
 	}
-	return best
-}
-
-func (r *Result) setBinding(i int) {
-	b := r.Limits[i]
+	for i := n; i < len(src.states); i++ {
+		src.states[i] = driver.State{}
+	}
+	if deny >= 0 {
+		keep, keepSt = deny, denySt
+	}
+	b := &p.Limits[keep]
 	r.Binding, r.Window = b.Name, b.Window
-	r.Limit, r.Remaining, r.Used, r.ResetAt = b.Limit, b.Remaining, b.Used, b.ResetAt
+	r.Limit, r.Remaining, r.Used, r.ResetAt = keepSt.Limit, keepSt.Remaining, keepSt.Used, keepSt.ResetAt
 	r.RetryAfter = 0
-	if !r.Allowed {
-		r.RetryAfter = b.RetryAfter
+	if !allowed {
+		r.RetryAfter = keepSt.RetryAfter
 		if r.RetryAfter <= 0 {
 			// Denied by a store that raced: never tell a client to retry at
 			// once in a loop.
 			r.RetryAfter = time.Millisecond
 		}
 	}
+}
+
+// evaluated returns the Result of evaluate on a zero Result.
+func evaluated(p *driver.Policy, now time.Time, cost int64, allowed bool, states []driver.State) Result {
+	var r Result
+	r.evaluate(p, now, cost, allowed, states)
+	return r
 }

@@ -43,24 +43,17 @@ func (t *Throttler) AllowUpTo(ctx context.Context, p *Policy, id string, n int64
 			return r, nil
 		}
 	}
-	var limits []LimitResult
-	limits, req.Buffer = buffers(len(p.compiled.Limits))
-	out, lat, err := t.call(ctx, p, req, func(ctx context.Context) (driver.Outcome, error) { return t.take(ctx, req) })
-	// The result is evaluated as the decision of the units granted, or,
-	// when none were, of one unit; a failure mode decides min(n, capacity).
-	if err == nil {
-		req.Cost = max(out.Granted, 1)
-	} else {
-		req.Cost = min(n, p.compiled.Capacity)
+	var r Result
+	if err := t.run(ctx, opTake, p, req, &r); err != nil {
+		return Result{}, err
 	}
-	r, err := t.finish(ctx, "take", p, req, limits, out, lat, err)
-	if err == nil && !r.Allowed {
+	if !r.Allowed {
 		r.Granted = 0
 		if t.denies != nil && !r.Degraded {
-			t.denies.remember(p, r, 1)
+			t.denies.remember(p, &r, 1)
 		}
 	}
-	return r, err
+	return r, nil
 }
 
 // take runs one take-up-to-N on the backend (driver.TakeWith).

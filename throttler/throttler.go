@@ -28,6 +28,7 @@ type Throttler struct {
 	clock       Clock
 	wallClock   bool       // clock is the wall clock: a call's latency is time.Since(now)
 	nonblocking bool       // the backend never blocks: no timeout context
+	inProcess   bool       // nonblocking, wall clock and no observer: the fast path
 	outages     *outageLog // where failures are logged; nil: nowhere
 	observers   []Observer
 	timeout     time.Duration
@@ -69,12 +70,14 @@ func New(b driver.Backend, opts ...Option) (*Throttler, error) {
 	if nb, ok := b.(driver.Nonblocking); ok {
 		t.nonblocking = nb.Nonblocking()
 	}
+	t.inProcess = t.nonblocking && t.wallClock && len(t.observers) == 0
 	return t, nil
 }
 
 // Allow decides a request of cost 1. It is shorthand for AllowN(ctx, p, id, 1).
-func (t *Throttler) Allow(ctx context.Context, p *Policy, id string) (Result, error) {
-	return t.AllowN(ctx, p, id, 1)
+func (t *Throttler) Allow(ctx context.Context, p *Policy, id string) (r Result, err error) {
+	err = t.allowN(ctx, p, id, 1, &r)
+	return r, err
 }
 
 // AllowN decides a request of cost units for identifier id under policy p,
@@ -87,11 +90,19 @@ func (t *Throttler) Allow(ctx context.Context, p *Policy, id string) (Result, er
 // when ctx itself is done. A backend failure is not returned as an error
 // either: the failure mode decides, r.Degraded is set, r.Err holds the
 // failure and the observers are told.
-func (t *Throttler) AllowN(ctx context.Context, p *Policy, id string, cost int64) (Result, error) {
+func (t *Throttler) AllowN(ctx context.Context, p *Policy, id string, cost int64) (r Result, err error) {
+	err = t.allowN(ctx, p, id, cost, &r)
+	return r, err
+}
+
+// allowN is AllowN into *r, which is zero on entry. Allow and AllowN are
+// small enough to be inlined, so that the caller's Result is the one
+// decided into and no copy of it is made on the way back.
+func (t *Throttler) allowN(ctx context.Context, p *Policy, id string, cost int64, r *Result) error {
 	if err := t.check(p, id, cost); err != nil {
-		return Result{}, err
+		return err
 	}
-	return t.decide(ctx, p, id, cost)
+	return t.decide(ctx, p, id, cost, r)
 }
 
 // Peek returns the result a cost-0 request would get, without changing any
@@ -105,10 +116,11 @@ func (t *Throttler) Peek(ctx context.Context, p *Policy, id string) (Result, err
 		return Result{}, err
 	}
 	req := driver.Request{Policy: p.compiled, Identifier: id, Now: now}
-	var limits []LimitResult
-	limits, req.Buffer = buffers(len(p.compiled.Limits))
-	out, lat, err := t.call(ctx, p, req, func(ctx context.Context) (driver.Outcome, error) { return t.peek(ctx, req) })
-	return t.finish(ctx, "peek", p, req, limits, out, lat, err)
+	var r Result
+	if err := t.run(ctx, opPeek, p, req, &r); err != nil {
+		return Result{}, err
+	}
+	return r, nil
 }
 
 // Refund gives back up to n units of the identifier's current windows
@@ -142,7 +154,7 @@ func (t *Throttler) Refund(ctx context.Context, p *Policy, id string, n int64) (
 		t.observe(ctx, "refund", p, req, nil, err, lat)
 		return Result{}, err
 	}
-	r := evaluate(p, now, 0, true, out.States, nil)
+	r := evaluated(p.compiled, now, 0, true, out.States)
 	r.Identifier = id
 	t.observe(ctx, "refund", p, req, &r, nil, lat)
 	return r, nil
@@ -196,8 +208,16 @@ func (t *Throttler) Ping(ctx context.Context) error {
 
 // now reads the clock and checks the reading (ErrClockOutOfRange).
 func (t *Throttler) now() (time.Time, error) {
-	now := t.clock.Now()
-	return now, checkTime(now)
+	var now time.Time
+	if t.wallClock {
+		now = time.Now()
+	} else {
+		now = t.clock.Now()
+	}
+	if ms := now.UnixMilli(); ms < 0 || ms > driver.MaxUnixMilli {
+		return now, checkTime(now)
+	}
+	return now, nil
 }
 
 func (t *Throttler) check(p *Policy, id string, cost int64) error {
@@ -224,89 +244,169 @@ func (t *Throttler) peek(ctx context.Context, req driver.Request) (driver.Outcom
 	return t.backend.Decide(ctx, req)
 }
 
-// decide runs one validated decision.
-func (t *Throttler) decide(ctx context.Context, p *Policy, id string, cost int64) (Result, error) {
+// decide runs one validated decision and sets r to its result. Its error
+// is as AllowN's; r is then left zero, but for ErrCostExceedsLimit.
+func (t *Throttler) decide(ctx context.Context, p *Policy, id string, cost int64, r *Result) error {
 	now, err := t.now()
 	if err != nil {
-		return Result{}, err
+		return err
 	}
 	req := driver.Request{Policy: p.compiled, Identifier: id, Cost: cost, Now: now}
 	if cost > p.compiled.Capacity {
-		return t.neverAllowed(ctx, p, req)
+		*r, err = t.neverAllowed(ctx, p, req)
+		return err
 	}
 	if t.denies != nil && cost > 0 {
-		if r, ok := t.denies.lookup(p, id, cost, now); ok {
+		if cached, ok := t.denies.lookup(p, id, cost, now); ok {
+			*r = cached
 			if len(t.observers) > 0 {
-				t.observe(ctx, "allow", p, req, &r, nil, 0)
+				t.observe(ctx, "allow", p, req, r, nil, 0)
 			}
-			return r, nil
+			return nil
 		}
 	}
-	var limits []LimitResult
-	limits, req.Buffer = buffers(len(p.compiled.Limits))
-	out, lat, err := t.call(ctx, p, req, func(ctx context.Context) (driver.Outcome, error) { return t.backend.Decide(ctx, req) })
-	r, err := t.finish(ctx, "allow", p, req, limits, out, lat, err)
-	if t.denies != nil && err == nil && !r.Allowed {
+	if n := len(p.compiled.Limits); t.inProcess && n <= inlineLimits {
+		// The in-process path, run's work without its generality.
+		buf := statesPool.Get().(*[inlineLimits]driver.State)
+		req.Buffer = buf[:0:n]
+		var out driver.Outcome
+		out, err = t.backend.Decide(ctx, req)
+		if err == nil && len(out.States) == n {
+			r.evaluate(p.compiled, now, cost, out.Allowed, out.States)
+			r.Identifier = id
+		}
+		*buf = [inlineLimits]driver.State{}
+		statesPool.Put(buf)
+		if err == nil && len(out.States) != n {
+			err = fmt.Errorf("%w: %d states for %d limits", driver.ErrBadReply, len(out.States), n)
+		}
+		if err != nil {
+			err = t.finish(ctx, opDecide, p, req, driver.Outcome{}, time.Since(now), wrapBackend(err), r)
+		} else if t.outages != nil {
+			t.outages.success(ctx)
+		}
+	} else {
+		err = t.run(ctx, opDecide, p, req, r)
+	}
+	if err != nil {
+		return err
+	}
+	if t.denies != nil && !r.Allowed {
 		t.denies.remember(p, r, cost)
 	}
-	return r, err
+	return nil
 }
 
-// buffers returns room for a Result's limits and a backend's states, in
-// one allocation sized to the policy for policies of up to four limits.
-func buffers(n int) ([]LimitResult, []driver.State) {
-	switch {
-	case n == 1:
-		b := new(struct {
-			limits [1]LimitResult
-			states [1]driver.State
-		})
-		return b.limits[:], b.states[:0]
-	case n == 2:
-		b := new(struct {
-			limits [2]LimitResult
-			states [2]driver.State
-		})
-		return b.limits[:], b.states[:0]
-	case n <= 4:
-		b := new(struct {
-			limits [4]LimitResult
-			states [4]driver.State
-		})
-		return b.limits[:n:n], b.states[:0:n]
+// callOp is the backend operation run calls.
+type callOp uint8
+
+const (
+	opDecide callOp = iota
+	opPeek
+	opTake // AllowUpTo: a decision, observed as one
+)
+
+// statesPool holds the buffers a nonblocking backend returns the states of
+// a policy of up to four limits in (driver.Request.Buffer), so that an
+// in-process decision allocates nothing. A blocking backend gets a buffer
+// of its own: a call it abandons on a timeout may still be under way.
+var statesPool = sync.Pool{New: func() any { return new([inlineLimits]driver.State) }}
+
+// run makes one backend call of op for req and sets r to its result, or to
+// the failure mode's when the backend failed. Its error is the caller's
+// context's, or ErrNotInitialized; r is then left zero.
+func (t *Throttler) run(ctx context.Context, op callOp, p *Policy, req driver.Request, r *Result) error {
+	var buf *[inlineLimits]driver.State
+	if n := len(p.compiled.Limits); n <= inlineLimits && t.nonblocking {
+		buf = statesPool.Get().(*[inlineLimits]driver.State)
+		req.Buffer = buf[:0:n]
+	} else {
+		req.Buffer = make([]driver.State, 0, n)
 	}
-	return make([]LimitResult, n), make([]driver.State, 0, n)
+	out, lat, err := t.callOp(ctx, op, p, req)
+	if op == opTake {
+		// The result is evaluated as the decision of the units granted, or,
+		// when none were, of one unit; a failure mode decides min(n,
+		// capacity).
+		if err == nil {
+			req.Cost = max(out.Granted, 1)
+		} else {
+			req.Cost = min(req.Cost, p.compiled.Capacity)
+		}
+	}
+	err = t.finish(ctx, op, p, req, out, lat, err, r)
+	if buf != nil {
+		// finish copied the states out: nothing refers to buf any more.
+		*buf = [inlineLimits]driver.State{}
+		statesPool.Put(buf)
+	}
+	return err
 }
 
-// finish turns a backend outcome, or its failure, into a Result whose
-// per-limit figures go to limits.
-func (t *Throttler) finish(ctx context.Context, op string, p *Policy, req driver.Request, limits []LimitResult, out driver.Outcome, lat time.Duration, err error) (Result, error) {
+// callOp is callStates for op, without a closure on the hot path.
+func (t *Throttler) callOp(ctx context.Context, op callOp, p *Policy, req driver.Request) (driver.Outcome, time.Duration, error) {
+	if t.nonblocking && len(t.observers) == 0 && t.wallClock {
+		// The in-process path: no timeout context and no latency to
+		// measure but a failure's.
+		var out driver.Outcome
+		var err error
+		switch op {
+		case opDecide:
+			out, err = t.backend.Decide(ctx, req)
+		case opPeek:
+			out, err = t.peek(ctx, req)
+		default:
+			out, err = t.take(ctx, req)
+		}
+		if err == nil && len(out.States) != len(p.compiled.Limits) {
+			err = fmt.Errorf("%w: %d states for %d limits", driver.ErrBadReply, len(out.States), len(p.compiled.Limits))
+		}
+		if err != nil {
+			return driver.Outcome{}, time.Since(req.Now), wrapBackend(err)
+		}
+		return out, 0, nil
+	}
+	return t.call(ctx, p, req, func(ctx context.Context) (driver.Outcome, error) {
+		switch op {
+		case opDecide:
+			return t.backend.Decide(ctx, req)
+		case opPeek:
+			return t.peek(ctx, req)
+		}
+		return t.take(ctx, req)
+	})
+}
+
+// finish sets r from a backend outcome, or from the failure mode when the
+// call failed, and tells the observers. It returns the caller's context's
+// error when the caller gave up, and ErrNotInitialized, leaving r zero.
+func (t *Throttler) finish(ctx context.Context, op callOp, p *Policy, req driver.Request, out driver.Outcome, lat time.Duration, err error, r *Result) error {
 	if err != nil && ctx.Err() != nil {
 		// The caller gave up: there is nobody to apply a failure mode for.
-		return Result{}, ctx.Err()
+		return ctx.Err()
 	}
 	if errors.Is(err, ErrNotInitialized) {
-		return Result{}, err
+		return err
 	}
-	take := op == "take" // AllowUpTo: a decision, observed as one
-	if take {
-		op = "allow"
+	name := "allow"
+	if op == opPeek {
+		name = "peek"
 	}
-	var r Result
-	if err != nil && op == "allow" && p.failureMode(t.failure) == FailLocal && t.local != nil {
-		r = t.decideLocally(ctx, p, req, err, take)
-	} else if err != nil {
-		r = t.degraded(p, req, err, limits)
-	} else {
-		r = evaluate(p, req.Now, req.Cost, out.Allowed, out.States, limits)
+	switch {
+	case err != nil && op != opPeek && p.failureMode(t.failure) == FailLocal && t.local != nil:
+		*r = t.decideLocally(ctx, p, req, err, op == opTake)
+	case err != nil:
+		t.degraded(p, req, err, r)
+	default:
+		r.evaluate(p.compiled, req.Now, req.Cost, out.Allowed, out.States)
 	}
 	r.Identifier = req.Identifier
 	if err != nil || len(t.observers) > 0 {
-		t.observe(ctx, op, p, req, &r, err, lat)
+		t.observe(ctx, name, p, req, r, err, lat)
 	} else if t.outages != nil {
 		t.outages.success(ctx)
 	}
-	return r, nil
+	return nil
 }
 
 // neverAllowed answers a request whose cost exceeds a limit's capacity: it
@@ -317,7 +417,7 @@ func (t *Throttler) neverAllowed(ctx context.Context, p *Policy, req driver.Requ
 	if errors.Is(err, ErrNotInitialized) {
 		return Result{}, err
 	}
-	r := evaluate(p, req.Now, req.Cost, false, out.States, nil)
+	r := evaluated(p.compiled, req.Now, req.Cost, false, out.States)
 	if err != nil {
 		r.Degraded, r.Err = true, err
 	}
@@ -343,9 +443,11 @@ func (t *Throttler) decideLocally(ctx context.Context, p *Policy, req driver.Req
 		out, lerr = t.local.Decide(context.WithoutCancel(ctx), local)
 	}
 	if lerr != nil || len(out.States) != len(share.compiled.Limits) {
-		return t.degraded(p, req, err, nil)
+		var r Result
+		t.degraded(p, req, err, &r)
+		return r
 	}
-	r := evaluate(share, req.Now, req.Cost, out.Allowed, out.States, nil)
+	r := evaluated(share.compiled, req.Now, req.Cost, out.Allowed, out.States)
 	r.Policy = p.compiled.Name
 	r.Degraded, r.Err, r.Local = true, err, true
 	return r
@@ -375,13 +477,19 @@ func (t *Throttler) share(p *Policy) *Policy {
 	return actual.(*Policy)
 }
 
-// degraded builds the result of a failed backend call from the failure
+// degraded sets r to the result of a failed backend call from the failure
 // mode: the figures of a fresh window after this request (fail open), or a
 // denial with nothing remaining (fail closed).
-func (t *Throttler) degraded(p *Policy, req driver.Request, err error, limits []LimitResult) Result {
-	fresh := make([]driver.State, len(p.compiled.Limits))
+func (t *Throttler) degraded(p *Policy, req driver.Request, err error, r *Result) {
+	var inline [inlineLimits]driver.State
+	var fresh []driver.State
+	if n := len(p.compiled.Limits); n <= inlineLimits {
+		fresh = inline[:n]
+	} else {
+		fresh = make([]driver.State, n)
+	}
 	driver.Decide(p.compiled, req.Now, req.Cost, fresh)
-	r := evaluate(p, req.Now, req.Cost, true, fresh, limits)
+	r.evaluate(p.compiled, req.Now, req.Cost, true, fresh)
 	r.Degraded, r.Err = true, err
 	if m := p.failureMode(t.failure); m == FailClosed || m == FailLocal {
 		// FailLocal lands here without a local store, or when it failed too.
@@ -389,12 +497,8 @@ func (t *Throttler) degraded(p *Policy, req driver.Request, err error, limits []
 		r.RetryAfter = degradedRetryAfter
 		r.ResetAt = req.Now.Add(degradedRetryAfter)
 		r.Remaining, r.Used = 0, r.Limit
-		for i := range r.Limits {
-			l := &r.Limits[i]
-			l.Allowed, l.Remaining, l.Used, l.RetryAfter = false, 0, l.Limit, degradedRetryAfter
-		}
+		r.limits.closed = true
 	}
-	return r
 }
 
 // call runs one backend call for req under the per-call timeout and checks

@@ -166,10 +166,10 @@ func TestNeverAllowed(t *testing.T) {
 	assert.True(t, r.NeverAllowed)
 	assert.Equal(t, throttler.Never, r.RetryAfter)
 	assert.Equal(t, "5/s gcra", r.Binding, "the limit that can never hold it binds")
-	assert.Equal(t, int64(8), r.Limits[0].Remaining, "figures are the real, unchanged state")
+	assert.Equal(t, int64(8), r.Limits()[0].Remaining, "figures are the real, unchanged state")
 	peek, err := th.Peek(ctx, p, "u")
 	require.NoError(t, err)
-	assert.Equal(t, int64(2), peek.Limits[0].Used, "nothing was consumed")
+	assert.Equal(t, int64(2), peek.Limits()[0].Used, "nothing was consumed")
 }
 
 // noRefund hides the memory backend's Refunder, to exercise AllowAll's
@@ -227,13 +227,13 @@ func TestRefundAndReset(t *testing.T) {
 	require.NoError(t, err)
 	r, err := th.Refund(ctx, p, "u", 3)
 	require.NoError(t, err)
-	assert.Equal(t, int64(1), r.Limits[0].Used)
-	assert.Equal(t, int64(1), r.Limits[1].Used)
+	assert.Equal(t, int64(1), r.Limits()[0].Used)
+	assert.Equal(t, int64(1), r.Limits()[1].Used)
 	r, err = th.Refund(ctx, p, "u", 100)
 	require.NoError(t, err)
-	assert.Zero(t, r.Limits[0].Used, "not below zero")
-	assert.Zero(t, r.Limits[1].Used, "not below now")
-	assert.Equal(t, t0.Truncate(time.Millisecond).Add(time.Minute), r.Limits[0].ResetAt, "the window stays")
+	assert.Zero(t, r.Limits()[0].Used, "not below zero")
+	assert.Zero(t, r.Limits()[1].Used, "not below now")
+	assert.Equal(t, t0.Truncate(time.Millisecond).Add(time.Minute), r.Limits()[0].ResetAt, "the window stays")
 
 	_, err = th.AllowN(ctx, p, "u", 5)
 	require.NoError(t, err)
@@ -241,7 +241,7 @@ func TestRefundAndReset(t *testing.T) {
 	r, err = th.Peek(ctx, p, "u")
 	require.NoError(t, err)
 	assert.Equal(t, int64(5), r.Remaining)
-	assert.Equal(t, clock.Now().Truncate(time.Millisecond).Add(time.Minute), r.Limits[0].ResetAt, "would open now")
+	assert.Equal(t, clock.Now().Truncate(time.Millisecond).Add(time.Minute), r.Limits()[0].ResetAt, "would open now")
 }
 
 func TestResultTimesKeepTheClockLocation(t *testing.T) {
@@ -249,8 +249,8 @@ func TestResultTimesKeepTheClockLocation(t *testing.T) {
 	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttler.NewManualClock(t0.In(loc))))
 	r, err := th.Allow(context.Background(), policy(t, "1/s, 1/s gcra"), "u")
 	require.NoError(t, err)
-	assert.Equal(t, loc, r.Limits[0].ResetAt.Location())
-	assert.Equal(t, loc, r.Limits[1].ResetAt.Location())
+	assert.Equal(t, loc, r.Limits()[0].ResetAt.Location())
+	assert.Equal(t, loc, r.Limits()[1].ResetAt.Location())
 }
 
 func TestAllowAllNeverAllowedSpendsNothing(t *testing.T) {

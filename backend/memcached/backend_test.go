@@ -128,8 +128,8 @@ func TestFixedWindowTimelines(t *testing.T) {
 		r, err := thr.Peek(context.Background(), p, "user:1")
 		require.NoError(t, err)
 		// The /s window closed at t0+1s; the denial at t0+5s opened none.
-		assert.Equal(t, 6*sec+sec, r.Limits[0].ResetAt.Sub(t0))
-		assert.Equal(t, int64(0), r.Limits[0].Used)
+		assert.Equal(t, 6*sec+sec, r.Limits()[0].ResetAt.Sub(t0))
+		assert.Equal(t, int64(0), r.Limits()[0].Used)
 	})
 	t.Run("binding on deny is the largest RetryAfter", func(t *testing.T) {
 		p := mustPolicy(t, "both", "1/s, 1/h")
@@ -170,8 +170,8 @@ func TestMixedPolicyRollsBackEveryLimit(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, r.Allowed)
 	assert.Equal(t, "3/min gcra", r.Binding)
-	assert.Equal(t, int64(3), r.Limits[0].Used)
-	assert.Equal(t, int64(3), r.Limits[2].Used)
+	assert.Equal(t, int64(3), r.Limits()[0].Used)
+	assert.Equal(t, int64(3), r.Limits()[2].Used)
 
 	// A GCRA limit that only denies once an older window took its unit
 	// (the minute window opened a second earlier comes first in the
@@ -191,12 +191,12 @@ func TestMixedPolicyRollsBackEveryLimit(t *testing.T) {
 	r, err = thr.Allow(ctx, p2, "v")
 	require.NoError(t, err)
 	assert.False(t, r.Allowed)
-	assert.Equal(t, int64(1), r.Limits[0].Used, "the fixed window's unit was given back")
+	assert.Equal(t, int64(1), r.Limits()[0].Used, "the fixed window's unit was given back")
 	// get, incr, CAS lost, reread GCRA, decr.
 	assert.Equal(t, uint64(5), b.Stats().RoundTrips-before)
 	peek, err := thr.Peek(ctx, p2, "v")
 	require.NoError(t, err)
-	assert.Equal(t, int64(1), peek.Limits[0].Used)
+	assert.Equal(t, int64(1), peek.Limits()[0].Used)
 	assert.Equal(t, uint64(0), b.Stats().RollbackFailures)
 }
 
@@ -378,7 +378,7 @@ func TestConcurrentCostOneWithSecondLimitOpen(t *testing.T) {
 	}
 	r, err := thr.Peek(context.Background(), p, "hot")
 	require.NoError(t, err)
-	assert.Equal(t, total, r.Limits[1].Used)
+	assert.Equal(t, total, r.Limits()[1].Used)
 }
 
 func TestCostAboveOneMayDenySpuriouslyNeverOverAdmits(t *testing.T) {
@@ -436,8 +436,8 @@ func TestCostAboveOneMayDenySpuriouslyNeverOverAdmits(t *testing.T) {
 	assert.LessOrEqual(t, units.Load(), int64(20))
 	peek, err := thr.Peek(ctx, p2, "mix")
 	require.NoError(t, err)
-	assert.Equal(t, units.Load(), peek.Limits[0].Used, "the counter holds exactly the allowed units")
-	assert.Equal(t, units.Load(), peek.Limits[1].Used)
+	assert.Equal(t, units.Load(), peek.Limits()[0].Used, "the counter holds exactly the allowed units")
+	assert.Equal(t, units.Load(), peek.Limits()[1].Used)
 }
 
 func TestRetriesExhaustedIsCountedAndHandled(t *testing.T) {

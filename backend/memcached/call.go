@@ -100,7 +100,9 @@ func (c *call) roundTrip(f func() error) error {
 		return err
 	}
 	c.b.stats.roundTrips.Add(1)
-	return f()
+	err := f()
+	c.b.afterRoundTrip(err)
+	return err
 }
 
 // snapshot reads every window and GCRA item of the policy in one round
@@ -468,6 +470,7 @@ func (b *Backend) Ping(ctx context.Context) error {
 	}
 	b.stats.roundTrips.Add(1)
 	if err := b.client.Ping(); err != nil {
+		b.afterRoundTrip(err)
 		return fmt.Errorf("memcached: ping: %w", err)
 	}
 	return nil

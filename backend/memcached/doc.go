@@ -15,7 +15,7 @@
 //
 // Backend implements driver.Backend, Peeker, Refunder, Resetter, Pinger
 // and Seeder (see Seeding). It does not implement driver.Leaser: concurrency limits
-// (throttler.Acquire) are unsupported, and Acquire over this backend
+// (throttler.Throttler.Acquire) are unsupported, and Acquire over this backend
 // returns an error wrapping errors.ErrUnsupported that says so (see
 // Concurrency limits below).
 //
@@ -481,7 +481,7 @@
 // contends on every acquisition and release of a busy identifier, and an
 // evicted item would free every slot at once. The backend therefore
 // declares the feature unsupported rather than offering a weaker one:
-// throttler.Acquire returns an error wrapping errors.ErrUnsupported, and
+// throttler.Throttler.Acquire returns an error wrapping errors.ErrUnsupported, and
 // the conformance suite skips its lease subtests. Use the memory or Redis
 // backend for concurrency limits, or a rollout to Redis.
 package memcachedbackend

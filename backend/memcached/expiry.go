@@ -3,6 +3,8 @@ package memcachedbackend
 import (
 	"math"
 	"time"
+
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // memcached reads an expiration of at most relativeExpiryMax seconds as
@@ -17,8 +19,9 @@ const absoluteExpirySlack = 24 * 60 * 60
 
 // grace keeps every item this many seconds after its state stops
 // mattering, so that two throttlers whose clocks differ by up to 30 s share
-// every window and GCRA state exactly (docs/SPEC.md, Time 2).
-const grace = 30
+// every window and GCRA state exactly (docs/SPEC.md, Time 2). It counts
+// seconds, as memcached's expirations do.
+const grace = driver.DefaultExpiryGrace / time.Second
 
 // clockMargin is added to every expiration on top of the grace. memcached counts relative expiry on a clock of its own that ticks
 // once a second from a timer: an item set just before a tick is stamped up

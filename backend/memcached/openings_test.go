@@ -326,7 +326,7 @@ func TestConcurrentCostOneMatchesSerialDecisions(t *testing.T) {
 		totalAllowed += allowed.Load()
 		peek, err := thrs[0].Peek(context.Background(), p, "hot")
 		require.NoError(t, err)
-		assert.Equal(t, reference[1].Used, peek.Limits[1].Used, "round %d: the minute window holds exactly the allowed units", round)
+		assert.Equal(t, reference[1].Used, peek.Limits()[1].Used, "round %d: the minute window holds exactly the allowed units", round)
 	}
 	assert.Positive(t, totalAllowed)
 	assert.Zero(t, b1.Stats().RollbackFailures+b2.Stats().RollbackFailures)

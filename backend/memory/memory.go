@@ -63,12 +63,14 @@ type Backend struct {
 }
 
 type shard struct {
-	mu      sync.Mutex
-	entries map[entryKey]*entry
+	mu sync.Mutex
+	// ids maps an identifier to the states it holds under every policy
+	// name: one lookup, keyed by the identifier alone, finds them.
+	ids map[string]*idEntry
 	// leases holds the concurrency leases; nil until the first one.
 	leases  map[leaseKey]*leaseSet
 	inserts int
-	// peak is the most entries the map has held since it was made. Go
+	// peak is the most identifiers the map has held since it was made. Go
 	// maps never shrink, so a sweep that leaves a quarter of that or less
 	// copies the survivors into a new map and the old one's memory goes.
 	peak int
@@ -76,9 +78,6 @@ type shard struct {
 
 // shrinkAbove is the smallest peak worth a copy after a sweep.
 const shrinkAbove = 1024
-
-// entryKey names one identifier under one policy.
-type entryKey struct{ policy, id string }
 
 // leaseKey names one identifier's leases under one concurrency limit.
 type leaseKey struct{ limit, id string }
@@ -92,16 +91,103 @@ type leaseSet struct {
 	expires int64
 }
 
+// idEntry holds one identifier's entries, one per policy name it has state
+// under; the first inline, since most identifiers are limited by one
+// policy. Each entry is one (policy, identifier) pair of Len.
+type idEntry struct {
+	first entry // first.policy is "" once its pair is gone
+	more  []*entry
+}
+
 // entry holds every limit state stored for one identifier under one policy
 // name, keyed by the limit's storage key. A policy redefined under the same
 // name finds the states of the limits it kept, and the states of the limits
 // it dropped stay as they were for the old definition.
 type entry struct {
-	keys   []string
-	states []driver.State
+	policy string
+	// head is the first limit's slot, in line with the entry so that a
+	// one-limit policy's state is where its entry is; rest holds the
+	// others. A slot's key is never empty once stored.
+	head slot
+	rest []slot
 	// expires is when every state stops mattering, on the sweep clock
 	// (Unix ms).
 	expires int64
+}
+
+// slot is one limit's state, under the limit's storage key.
+type slot struct {
+	key   string
+	state driver.State
+}
+
+// find returns the entry of the policy name, or nil.
+func (ie *idEntry) find(policy string) *entry {
+	if ie.first.policy == policy {
+		return &ie.first
+	}
+	for _, e := range ie.more {
+		if e.policy == policy {
+			return e
+		}
+	}
+	return nil
+}
+
+// add returns a new, empty entry for the policy name, which ie does not
+// hold.
+func (ie *idEntry) add(policy string) *entry {
+	if ie.first.policy == "" {
+		ie.first = entry{policy: policy}
+		return &ie.first
+	}
+	e := &entry{policy: policy}
+	ie.more = append(ie.more, e)
+	return e
+}
+
+// remove deletes the entry of the policy name and reports whether there
+// was one.
+func (ie *idEntry) remove(policy string) bool {
+	if ie.first.policy == policy {
+		ie.first = entry{}
+		return true
+	}
+	for i, e := range ie.more {
+		if e.policy == policy {
+			ie.more = append(ie.more[:i], ie.more[i+1:]...)
+			ie.more[len(ie.more):cap(ie.more)][0] = nil
+			return true
+		}
+	}
+	return false
+}
+
+// empty reports whether ie holds no pair.
+func (ie *idEntry) empty() bool { return ie.first.policy == "" && len(ie.more) == 0 }
+
+// sweep deletes the entries that stopped mattering by cutoff and returns
+// how many it deleted.
+func (ie *idEntry) sweep(cutoff int64) int {
+	n := 0
+	if ie.first.policy != "" && ie.first.expires <= cutoff {
+		ie.first = entry{}
+		n++
+	}
+	kept := ie.more[:0]
+	for _, e := range ie.more {
+		if e.expires <= cutoff {
+			n++
+			continue
+		}
+		kept = append(kept, e)
+	}
+	clear(ie.more[len(kept):])
+	ie.more = kept
+	if len(kept) == 0 {
+		ie.more = nil
+	}
+	return n
 }
 
 // Option configures a Backend.
@@ -130,7 +216,7 @@ func WithMaxIdentifiers(n int) Option { return func(b *Backend) { b.max = int64(
 func New(opts ...Option) *Backend {
 	b := &Backend{seed: maphash.MakeSeed(), sweep: wallClock{}}
 	for i := range b.shards {
-		b.shards[i].entries = make(map[entryKey]*entry)
+		b.shards[i].ids = make(map[string]*idEntry)
 	}
 	b.swept.Store(neverSwept)
 	for _, opt := range opts {
@@ -151,7 +237,7 @@ func (b *Backend) ready() error {
 
 // check reports what makes req unusable: a Backend not built by New, a
 // context already done, a policy not built by driver.NewPolicy.
-func (b *Backend) check(ctx context.Context, req driver.Request) error {
+func (b *Backend) check(ctx context.Context, req *driver.Request) error {
 	if err := b.ready(); err != nil {
 		return err
 	}
@@ -173,16 +259,14 @@ func (b *Backend) Len() int { return int(b.held.Load()) }
 
 // Decide implements driver.Backend.
 func (b *Backend) Decide(ctx context.Context, req driver.Request) (driver.Outcome, error) {
-	return b.update(ctx, req, func(states []driver.State) bool {
-		return driver.Decide(req.Policy, req.Now, req.Cost, states)
-	})
+	return b.update(ctx, &req, nil)
 }
 
 // Take implements driver.Taker: driver.Take on the identifier's states,
 // under the same lock as Decide.
 func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Outcome, error) {
 	var granted int64
-	out, err := b.update(ctx, req, func(states []driver.State) bool {
+	out, err := b.update(ctx, &req, func(states []driver.State) bool {
 		granted = driver.Take(req.Policy, req.Now, req.Cost, states)
 		return granted > 0
 	})
@@ -200,7 +284,7 @@ func (b *Backend) Seed(ctx context.Context, req driver.Request, given []driver.S
 		}
 	}
 	var prior []driver.State
-	out, err := b.update(ctx, req, func(states []driver.State) bool {
+	out, err := b.update(ctx, &req, func(states []driver.State) bool {
 		prior = append(prior[:0], states...)
 		return driver.Seed(req.Policy, req.Now, req.Cost, states, given)
 	})
@@ -214,16 +298,17 @@ func (b *Backend) Seed(ctx context.Context, req driver.Request, given []driver.S
 // Peek implements driver.Peeker: the states stored for the identifier,
 // read under its lock, changing nothing.
 func (b *Backend) Peek(ctx context.Context, req driver.Request) (driver.Outcome, error) {
-	if err := b.check(ctx, req); err != nil {
+	if err := b.check(ctx, &req); err != nil {
 		return driver.Outcome{}, err
 	}
-	key := entryKey{req.Policy.Name, req.Identifier}
 	states := req.States()[:len(req.Policy.Limits)]
 	clear(states)
-	sh := b.shardFor(key)
+	sh := b.shardForID(req.Identifier)
 	sh.mu.Lock()
-	if e := sh.entries[key]; e != nil {
-		e.load(req.Policy, states)
+	if ie := sh.ids[req.Identifier]; ie != nil {
+		if e := ie.find(req.Policy.Name); e != nil {
+			e.load(req.Policy, states)
+		}
 	}
 	sh.mu.Unlock()
 	return driver.Outcome{Allowed: driver.Decide(req.Policy, req.Now, 0, states), States: states}, nil
@@ -235,7 +320,7 @@ func (b *Backend) Nonblocking() bool { return true }
 
 // Refund implements driver.Refunder.
 func (b *Backend) Refund(ctx context.Context, req driver.Request) (driver.Outcome, error) {
-	return b.update(ctx, req, func(states []driver.State) bool {
+	return b.update(ctx, &req, func(states []driver.State) bool {
 		driver.Refund(req.Policy, req.Now, req.Cost, states)
 		return true
 	})
@@ -249,13 +334,14 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, id string) error 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	key := entryKey{p.Name, id}
-	sh := b.shardFor(key)
+	sh := b.shardForID(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if _, ok := sh.entries[key]; ok {
-		delete(sh.entries, key)
+	if ie := sh.ids[id]; ie != nil && ie.remove(p.Name) {
 		b.held.Add(-1)
+		if ie.empty() {
+			delete(sh.ids, id)
+		}
 	}
 	return nil
 }
@@ -300,7 +386,7 @@ func (b *Backend) tryAcquire(key leaseKey, req driver.LeaseRequest) (out driver.
 			return driver.LeaseOutcome{}, true
 		}
 		sh.inserts++
-		if sh.inserts >= max(minSweepInterval, (len(sh.entries)+len(sh.leases))/2) {
+		if sh.inserts >= max(minSweepInterval, (len(sh.ids)+len(sh.leases))/2) {
 			b.sweepLocked(sh, b.sweep.Now().UnixMilli())
 		}
 		if sh.leases == nil {
@@ -349,39 +435,59 @@ func (b *Backend) checkLease(ctx context.Context, req driver.LeaseRequest) error
 }
 
 // update applies step to the identifier's states under the shard lock and
-// stores the result when it changed anything.
-func (b *Backend) update(ctx context.Context, req driver.Request, step func([]driver.State) bool) (driver.Outcome, error) {
+// stores the result when it changed anything. A nil step is driver.Decide
+// of req, the hot path, without a closure.
+func (b *Backend) update(ctx context.Context, req *driver.Request, step func([]driver.State) bool) (driver.Outcome, error) {
 	if err := b.check(ctx, req); err != nil {
 		return driver.Outcome{}, err
 	}
-	key := entryKey{req.Policy.Name, req.Identifier}
-	out, needsRoom := b.tryUpdate(key, req, step)
+	out, needsRoom := b.tryUpdate(req, step)
 	if !needsRoom {
 		return out, nil
 	}
 	if b.sweepAll() {
-		if out, needsRoom = b.tryUpdate(key, req, step); !needsRoom {
+		if out, needsRoom = b.tryUpdate(req, step); !needsRoom {
 			return out, nil
 		}
 	}
 	return driver.Outcome{}, fmt.Errorf("%w: %d pairs held", ErrFull, b.held.Load())
 }
 
+// inlineStates is the most states tryUpdate keeps a copy of on the stack.
+const inlineStates = 8
+
 // tryUpdate reports needsRoom when the update must store a new pair and the
 // backend is full.
-func (b *Backend) tryUpdate(key entryKey, req driver.Request, step func([]driver.State) bool) (out driver.Outcome, needsRoom bool) {
+func (b *Backend) tryUpdate(req *driver.Request, step func([]driver.State) bool) (out driver.Outcome, needsRoom bool) {
 	p := req.Policy
 	states := req.States()[:len(p.Limits)]
-	clear(states)
-	sh := b.shardFor(key)
+	sh := b.shardForID(req.Identifier)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.entries[key]
+	ie := sh.ids[req.Identifier]
+	var e *entry
+	if ie != nil {
+		e = ie.find(p.Name)
+	}
 	if e != nil {
 		e.load(p, states)
+	} else {
+		clear(states)
 	}
-	before := append(make([]driver.State, 0, 8), states...)
-	allowed := step(states)
+	var inline [inlineStates]driver.State
+	var before []driver.State
+	if len(states) <= inlineStates {
+		before = inline[:len(states)]
+	} else {
+		before = make([]driver.State, len(states))
+	}
+	copy(before, states)
+	var allowed bool
+	if step == nil {
+		allowed = driver.Decide(p, req.Now, req.Cost, states)
+	} else {
+		allowed = step(states)
+	}
 	if !changed(before, states) {
 		return driver.Outcome{Allowed: allowed, States: states}, false
 	}
@@ -392,12 +498,16 @@ func (b *Backend) tryUpdate(key entryKey, req driver.Request, step func([]driver
 		// Sweep before inserting: the new entry has no expiry yet, and a
 		// sweep after the insert would delete it.
 		sh.inserts++
-		if sh.inserts >= max(minSweepInterval, len(sh.entries)/2) {
+		if sh.inserts >= max(minSweepInterval, len(sh.ids)/2) {
 			b.sweepLocked(sh, b.sweep.Now().UnixMilli())
+			ie = sh.ids[req.Identifier] // the sweep may have deleted it
 		}
-		e = &entry{}
-		sh.entries[key] = e
-		sh.peak = max(sh.peak, len(sh.entries))
+		if ie == nil {
+			ie = &idEntry{}
+			sh.ids[req.Identifier] = ie
+			sh.peak = max(sh.peak, len(sh.ids))
+		}
+		e = ie.add(p.Name)
 		b.held.Add(1)
 	}
 	e.store(p, states, req.Now, b.sweep)
@@ -427,10 +537,12 @@ func (b *Backend) sweepAll() bool {
 func (b *Backend) sweepLocked(sh *shard, nowMs int64) {
 	sh.inserts = 0
 	cutoff := nowMs - gracePeriod.Milliseconds()
-	for k, e := range sh.entries {
-		if e.expires <= cutoff {
-			delete(sh.entries, k)
-			b.held.Add(-1)
+	for id, ie := range sh.ids {
+		if n := ie.sweep(cutoff); n > 0 {
+			b.held.Add(-int64(n))
+			if ie.empty() {
+				delete(sh.ids, id)
+			}
 		}
 	}
 	for k, set := range sh.leases {
@@ -442,16 +554,14 @@ func (b *Backend) sweepLocked(sh *shard, nowMs int64) {
 	if sh.leases != nil && len(sh.leases) == 0 {
 		sh.leases = nil // a map never shrinks: let a drained one go
 	}
-	if n := len(sh.entries); sh.peak >= shrinkAbove && n <= sh.peak/4 {
-		kept := make(map[entryKey]*entry, n)
-		for k, e := range sh.entries {
-			kept[k] = e
+	if n := len(sh.ids); sh.peak >= shrinkAbove && n <= sh.peak/4 {
+		kept := make(map[string]*idEntry, n)
+		for id, ie := range sh.ids {
+			kept[id] = ie
 		}
-		sh.entries, sh.peak = kept, n
+		sh.ids, sh.peak = kept, n
 	}
 }
-
-func (b *Backend) shardFor(k entryKey) *shard { return b.shardForID(k.id) }
 
 func (b *Backend) shardForID(id string) *shard {
 	return &b.shards[maphash.String(b.seed, id)%shardCount]
@@ -460,17 +570,60 @@ func (b *Backend) shardForID(id string) *shard {
 // load copies the entry's state of each of p's limits into states.
 func (e *entry) load(p *driver.Policy, states []driver.State) {
 	for i := range p.Limits {
-		if i < len(e.keys) && e.keys[i] == p.Limits[i].Key {
-			states[i] = e.states[i] // the common case: the same definition
-			continue
-		}
-		for j, k := range e.keys {
-			if k == p.Limits[i].Key {
-				states[i] = e.states[j]
-				break
-			}
+		states[i] = e.lookup(i, p.Limits[i].Key)
+	}
+}
+
+// slots returns the number of slots held.
+func (e *entry) slots() int {
+	if e.head.key == "" {
+		return 0
+	}
+	return 1 + len(e.rest)
+}
+
+// slot returns the j-th slot, j < e.slots().
+func (e *entry) slot(j int) *slot {
+	if j == 0 {
+		return &e.head
+	}
+	return &e.rest[j-1]
+}
+
+// find returns the slot of key, looked for first at index i (where it is
+// unless the policy was redefined), or nil.
+func (e *entry) find(i int, key string) *slot {
+	n := e.slots()
+	if i < n {
+		if sl := e.slot(i); sl.key == key {
+			return sl
 		}
 	}
+	for j := range n {
+		if sl := e.slot(j); sl.key == key {
+			return sl
+		}
+	}
+	return nil
+}
+
+// add appends a slot for key, which e does not hold, and returns it.
+func (e *entry) add(key string) *slot {
+	if e.head.key == "" {
+		e.head = slot{key: key}
+		return &e.head
+	}
+	e.rest = append(e.rest, slot{key: key})
+	return &e.rest[len(e.rest)-1]
+}
+
+// lookup returns the state of key, looked for first at index i; the zero
+// State when the entry holds none.
+func (e *entry) lookup(i int, key string) driver.State {
+	if sl := e.find(i, key); sl != nil {
+		return sl.state
+	}
+	return driver.State{}
 }
 
 // store records the states of p's limits decided at reqNow, keeping the
@@ -483,24 +636,12 @@ func (e *entry) store(p *driver.Policy, states []driver.State, reqNow time.Time,
 	sweepMs := int64(0)
 	for i := range p.Limits {
 		l := &p.Limits[i]
-		j := -1
-		if i < len(e.keys) && e.keys[i] == l.Key {
-			j = i
-		} else {
-			for k, key := range e.keys {
-				if key == l.Key {
-					j = k
-					break
-				}
-			}
+		sl := e.find(i, l.Key)
+		if sl == nil {
+			sl = e.add(l.Key)
 		}
-		if j < 0 {
-			e.keys = append(e.keys, l.Key)
-			e.states = append(e.states, driver.State{})
-			j = len(e.keys) - 1
-		}
-		moved := e.states[j].End != states[i].End
-		e.states[j] = states[i]
+		moved := sl.state.End != states[i].End
+		sl.state = states[i]
 		if !moved && e.expires != 0 {
 			continue
 		}

@@ -125,9 +125,9 @@ func TestRedefinedPolicyKeepsSharedLimits(t *testing.T) {
 	r, err := th.Allow(ctx, v2, "u")
 	require.NoError(t, err)
 	require.True(t, r.Allowed)
-	assert.Equal(t, int64(1), r.Limits[0].Used)
-	assert.Equal(t, int64(5), r.Limits[1].Used)
-	assert.Equal(t, t0.Add(time.Minute).Truncate(time.Millisecond), r.Limits[1].ResetAt)
+	assert.Equal(t, int64(1), r.Limits()[0].Used)
+	assert.Equal(t, int64(5), r.Limits()[1].Used)
+	assert.Equal(t, t0.Add(time.Minute).Truncate(time.Millisecond), r.Limits()[1].ResetAt)
 }
 
 // TestRedefinedPolicyKeepsDroppedLimits: a policy redefined without one of
@@ -149,7 +149,7 @@ func TestRedefinedPolicyKeepsDroppedLimits(t *testing.T) {
 	r, err = th.Allow(ctx, both, "u")
 	require.NoError(t, err)
 	assert.False(t, r.Allowed, "the minute limit is still spent")
-	assert.Equal(t, int64(4), r.Limits[1].Used)
+	assert.Equal(t, int64(4), r.Limits()[1].Used)
 }
 
 func TestCanceledContext(t *testing.T) {

@@ -3,50 +3,65 @@ package redisbackend
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/throttlekit/throttlekit/internal/keyslot"
 	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
-// This file holds the batching of WithBatching: script calls that arrive
+// This file holds the batching, on by default: script calls that arrive
 // while a round trip is in flight go out together in the next one.
 
-// DefaultMaxBatch is the largest number of script calls one round trip of
-// WithBatching carries unless told otherwise.
+// DefaultMaxBatch is the largest number of script calls one round trip
+// carries unless WithBatching says otherwise.
 const DefaultMaxBatch = 128
 
-// WithBatching sends the script calls that arrive while a round trip is in
-// flight together, as one pipeline, in the next round trip: one write and
-// one read on the connection for many decisions instead of one each. A
-// call that finds nothing in flight goes out at once, alone, so batching
-// never waits on a timer and adds nothing at low load. maxBatch bounds a
-// round trip's calls (DefaultMaxBatch when 0).
+// WithBatching sets the largest number of script calls one round trip
+// carries (DefaultMaxBatch when 0), and makes a client that cannot batch an
+// error rather than a quiet fallback to one call per round trip.
 //
-// On a standalone client (*goredis.Client: one server, a Sentinel failover
-// client, or one group of package redisgroups) the decisions of a round
-// trip are moreover decided by one script call, decide_many.lua, which
-// runs decide.lua's logic for each in turn: Redis then pays its per-call
-// cost (parsing, the script's setup, the reply) once per round trip
-// instead of once per decision. On a Cluster the keys of one script call
-// must share a slot, so there each decision keeps its own call, and
-// go-redis sends each node its part of the pipeline.
+// Batching is on by default wherever the client can pipeline: a
+// *goredis.Client (one server, a Sentinel failover client, a group of
+// package redisgroups), a ClusterClient, a Ring or a UniversalClient. The
+// calls that arrive while a round trip is in flight go out together in the
+// next one, as one pipeline: one write and one read on the connection for
+// many decisions instead of one each. A call that finds nothing in flight
+// goes out at once, alone, on its caller's goroutine when the client honours
+// context deadlines, so batching never waits on a timer and a single caller
+// pays nothing for it. WithoutBatching turns it off.
 //
-// Each call still waits on its own context: one that ends before its round
-// trip returns fails alone with the context's error (its decision may still
-// apply, as with any timed-out call), and a call whose reply is an error
-// (a foreign value under its keys, say) fails alone too. A round trip's
-// deadline is the latest of its calls' deadlines. With a Cluster client,
-// go-redis splits each pipeline by node and sends the parts in parallel.
+// What a round trip's calls share: the connection, the write and the read,
+// and a deadline, the latest of theirs, for the round trip (a caller whose
+// own deadline passes first still returns at it, with the context's error;
+// its decision may still apply, as with any timed-out call). What they do
+// not share: each decision is decided on its own, exactly as alone, in the
+// order the calls arrived, and a call whose reply is an error (a foreign
+// value under its key) fails alone.
 //
-// The client must have a Pipeline method (*goredis.Client, ClusterClient,
-// Ring, or a UniversalClient): an auto-pipeliner is an error wrapping
-// driver.ErrInvalidOption, since it batches by itself.
+// On a standalone client the decisions of a round trip are moreover decided
+// by one script call, decide_many.lua, which runs decide.lua's logic for
+// each in turn: Redis then pays its per-call cost (parsing, the script's
+// setup, the reply) once per round trip instead of once per decision. On a
+// Cluster the key of one script call must sit in one slot, so decisions
+// that share a slot go in one decide_many.lua call and the others keep a
+// call each; go-redis sends each node its part of the pipeline, in
+// parallel.
+//
+// An auto-pipeliner batches by itself: WithBatching with one is an error
+// wrapping driver.ErrInvalidOption, and by default it runs unbatched.
 func WithBatching(maxBatch int) Option {
-	return func(c *config) { c.batching, c.maxBatch = true, maxBatch }
+	return func(c *config) { c.batching, c.batchingAsked, c.maxBatch = true, true, maxBatch }
+}
+
+// WithoutBatching sends every script call in a round trip of its own, as
+// releases before batching was the default did.
+func WithoutBatching() Option {
+	return func(c *config) { c.batching, c.batchingAsked = false, false }
 }
 
 // pipeliner is a client that can pipeline commands.
@@ -68,7 +83,9 @@ type pending struct {
 	readOnly bool
 	keys     []string
 	args     []any
+	policy   *driver.Policy // a decision's policy, nil for other calls
 	state    atomic.Int32
+	inMany   bool          // rides in a decide_many.lua call of its round trip
 	done     chan struct{} // receives once the reply is in
 	reply    any
 	err      error
@@ -90,6 +107,9 @@ type batcher struct {
 	// many sends a round trip's decisions as one call of decide_many.lua;
 	// only for a client whose commands all go to one server.
 	many bool
+	// bySlot sends the decisions of a round trip that share a Cluster slot
+	// as one call of decide_many.lua per slot.
+	bySlot bool
 
 	mu      sync.Mutex
 	queue   []*pending
@@ -111,12 +131,16 @@ func newBatcher(c Client, maxBatch int, inline bool) (*batcher, error) {
 		return nil, fmt.Errorf("%w: WithBatching needs a client with a Pipeline method, not %T", driver.ErrInvalidOption, c)
 	}
 	_, standalone := c.(*goredis.Client)
-	return &batcher{client: c, pipe: p, max: maxBatch, inline: inline, many: standalone}, nil
+	_, cluster := c.(*goredis.ClusterClient)
+	return &batcher{client: c, pipe: p, max: maxBatch, inline: inline, many: standalone, bySlot: cluster}, nil
 }
 
 // run sends one script call with the next round trip and waits for its
 // reply or for ctx to end. With nothing in flight it runs the call at once.
-func (bt *batcher) run(ctx context.Context, script *goredis.Script, readOnly bool, keys []string, args []any) (any, error) {
+//
+// policy is the decision's policy for a call of decide.lua, which a
+// decide_many.lua call may carry, and nil for any other call.
+func (bt *batcher) run(ctx context.Context, script *goredis.Script, readOnly bool, keys []string, args []any, policy *driver.Policy) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -145,7 +169,7 @@ func (bt *batcher) run(ctx context.Context, script *goredis.Script, readOnly boo
 		return reply, withContextError(ctx, err)
 	}
 	p := pendings.Get().(*pending)
-	p.ctx, p.script, p.readOnly, p.keys, p.args = ctx, script, readOnly, keys, args
+	p.ctx, p.script, p.readOnly, p.keys, p.args, p.policy = ctx, script, readOnly, keys, args, policy
 	p.state.Store(callQueued)
 	bt.queue = append(bt.queue, p)
 	if !bt.running {
@@ -173,7 +197,7 @@ func (bt *batcher) run(ctx context.Context, script *goredis.Script, readOnly boo
 }
 
 func (p *pending) release() {
-	p.ctx, p.script, p.keys, p.args, p.reply, p.err = nil, nil, nil, nil, nil, nil
+	p.ctx, p.script, p.keys, p.args, p.policy, p.reply, p.err = nil, nil, nil, nil, nil, nil, nil
 	pendings.Put(p)
 }
 
@@ -220,15 +244,13 @@ func (bt *batcher) roundTrip(batch []*pending) {
 	}
 	pipe := bt.pipe.Pipeline()
 	cmds := make([]*goredis.Cmd, len(batch))
-	var many manyCall
-	if bt.many {
-		many = bt.collectDecisions(ctx, pipe, batch)
-	}
-	// inMany[i]: batch[i] rides in the decide_many.lua call. Read before
+	many := bt.collectDecisions(ctx, pipe, batch)
+	// inMany[i]: batch[i] rides in a decide_many.lua call. Read before
 	// any reply is handed out: a caller reuses its pending once answered.
 	inMany := make([]bool, len(batch))
 	for i, p := range batch {
-		if inMany[i] = many.cmd != nil && isDecision(p); inMany[i] {
+		if inMany[i] = p.inMany; inMany[i] {
+			p.inMany = false
 			continue
 		}
 		if p.readOnly {
@@ -238,8 +260,8 @@ func (bt *batcher) roundTrip(batch []*pending) {
 		}
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
-	if many.cmd != nil {
-		bt.answerDecisions(ctx, many)
+	for _, m := range many {
+		bt.answerDecisions(ctx, m)
 	}
 	for i, p := range batch {
 		if inMany[i] {
@@ -293,43 +315,85 @@ type manyCall struct {
 // isDecision reports whether p is a call of decide.lua, which a
 // decide_many.lua call can carry.
 func isDecision(p *pending) bool {
-	return p.script == decideScript && !p.readOnly
+	return p.script == decideScript && !p.readOnly && p.policy != nil
 }
 
-// collectDecisions queues, on pipe, one call of decide_many.lua for the
-// decisions of batch when there are at least two; the other calls of the
-// batch go on their own. It returns the zero manyCall when it queued
-// nothing.
-func (bt *batcher) collectDecisions(ctx context.Context, pipe goredis.Pipeliner, batch []*pending) manyCall {
-	var calls []*pending
-	for _, p := range batch {
-		if isDecision(p) {
-			calls = append(calls, p)
+// collectDecisions queues, on pipe, the decide_many.lua calls that carry
+// decisions of batch, and marks those decisions inMany; the other calls of
+// the batch go on their own. A standalone client gets one call for all the
+// decisions, when there are at least two; a Cluster client one call per
+// slot that at least two decisions share. It returns the calls it queued.
+func (bt *batcher) collectDecisions(ctx context.Context, pipe goredis.Pipeliner, batch []*pending) []manyCall {
+	var groups [][]*pending
+	switch {
+	case bt.many:
+		var calls []*pending
+		for _, p := range batch {
+			if isDecision(p) {
+				calls = append(calls, p)
+			}
+		}
+		groups = append(groups, calls)
+	case bt.bySlot:
+		bySlot := make(map[int][]*pending)
+		var order []int
+		for _, p := range batch {
+			if !isDecision(p) {
+				continue
+			}
+			slot := keyslot.Of(p.keys[0])
+			if _, seen := bySlot[slot]; !seen {
+				order = append(order, slot)
+			}
+			bySlot[slot] = append(bySlot[slot], p)
+		}
+		for _, slot := range order {
+			groups = append(groups, bySlot[slot])
 		}
 	}
-	if len(calls) < 2 {
-		return manyCall{}
+	var out []manyCall
+	for _, calls := range groups {
+		if len(calls) < 2 {
+			continue
+		}
+		for _, p := range calls {
+			p.inMany = true
+		}
+		m := newManyCall(calls)
+		m.cmd = pipe.EvalSha(ctx, decideManyScript.Hash(), m.keys, m.args...)
+		out = append(out, m)
 	}
-	m := newManyCall(calls)
-	m.cmd = pipe.EvalSha(ctx, decideManyScript.Hash(), m.keys, m.args...)
-	return m
+	return out
 }
 
 // newManyCall lays out the keys and arguments of one decide_many.lua call
-// for calls: the number of decisions, then each decision's number of keys
-// and its decide.lua arguments; the keys one decision's after another's.
+// for calls, decide.lua calls whose arguments are scriptArgs': the grace,
+// each distinct policy once (its number of limits and their values), then
+// the number of decisions and, for each, its policy's index, now in ms and
+// µs, and its cost; the keys, one per decision, in the same order.
 func newManyCall(calls []*pending) manyCall {
-	nkeys, nargs := 0, 1
-	for _, p := range calls {
-		nkeys += len(p.keys)
-		nargs += 1 + len(p.args)
+	m := manyCall{calls: calls, keys: make([]string, 0, len(calls))}
+	var policies []*driver.Policy
+	index := make([]int, len(calls))
+	nargs := 3 + 4*len(calls)
+	for i, p := range calls {
+		index[i] = slices.Index(policies, p.policy)
+		if index[i] < 0 {
+			index[i] = len(policies)
+			policies = append(policies, p.policy)
+			nargs += len(p.args) - 4
+		}
 	}
-	m := manyCall{calls: calls, keys: make([]string, 0, nkeys), args: make([]any, 0, nargs)}
+	m.args = make([]any, 0, nargs)
+	m.args = append(m.args, calls[0].args[3], len(policies))
+	for k := range policies {
+		first := calls[slices.Index(index, k)]
+		m.args = append(m.args, first.args[4:]...)
+	}
 	m.args = append(m.args, len(calls))
-	for _, p := range calls {
+	for i, p := range calls {
 		m.keys = append(m.keys, p.keys...)
-		m.args = append(m.args, len(p.keys))
-		m.args = append(m.args, p.args...)
+		m.args = append(m.args, index[i]+1, p.args[0], p.args[1], p.args[2])
 	}
 	return m
 }
@@ -341,6 +405,24 @@ func (bt *batcher) answerDecisions(ctx context.Context, m manyCall) {
 	reply, err := m.cmd.Result()
 	if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
 		reply, err = decideManyScript.Run(ctx, bt.client, m.keys, m.args...).Result()
+	}
+	if err != nil && migrating(err) {
+		// A Cluster slot on the move may hold some of the call's keys on
+		// its source and the others on its target: each decision goes
+		// again alone, with its one key, which go-redis's redirects
+		// follow to wherever it is. They go in parallel, as unbatched
+		// calls would: go-redis pauses between redirects.
+		var wg sync.WaitGroup
+		for _, p := range m.calls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p.reply, p.err = runOne(ctx, bt.client, p)
+				p.done <- struct{}{}
+			}()
+		}
+		wg.Wait()
+		return
 	}
 	m.deliver(reply, err)
 }

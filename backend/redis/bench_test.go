@@ -30,36 +30,33 @@ func benchRedis(tb testing.TB) *localserver.Redis {
 
 // BenchmarkConformance runs the suite's benchmarks (1, 16 and 64
 // goroutines; one hot identifier, 10,000 identifiers, a three-limit policy,
-// peeks) on a local server through a plain client and through go-redis's
-// auto-pipeliner, and with WithBatching. Compare decisions/s between the two, not across machines.
+// peeks) on a local server: with the default options (batching on), without
+// batching, and through go-redis's auto-pipeliner. Compare decisions/s
+// between them, not across machines.
 func BenchmarkConformance(b *testing.B) {
-	// The plain client is configured as the package docs recommend:
+	// The client is configured as the package docs recommend:
 	// ContextTimeoutEnabled lets go-redis honour the per-call timeout on the
 	// caller's goroutine. Without it the backend waits on a goroutine of its
-	// own per call ("plain-detached"), which costs CPU a 2-core machine shows.
+	// own per call ("-detached"), which costs CPU a 2-core machine shows.
 	for _, variant := range []struct {
 		name    string
 		timeout bool
-	}{{"plain", true}, {"plain-detached", false}} {
+		opts    []redisbackend.Option
+	}{
+		{"default", true, nil},
+		{"default-detached", false, nil},
+		{"unbatched", true, []redisbackend.Option{redisbackend.WithoutBatching()}},
+	} {
 		b.Run(variant.name, func(b *testing.B) {
 			conformance.RunBenchmarks(b, harnessMaker(func(tb testing.TB) func() (redisbackend.Client, func() error) {
 				addr := benchRedis(tb).Addr()
 				return func() (redisbackend.Client, func() error) {
-					c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: variant.timeout})
+					c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: variant.timeout, PoolSize: 64})
 					return c, c.Close
 				}
-			}))
+			}, variant.opts...))
 		})
 	}
-	b.Run("batched", func(b *testing.B) {
-		conformance.RunBenchmarks(b, harnessMaker(func(tb testing.TB) func() (redisbackend.Client, func() error) {
-			addr := benchRedis(tb).Addr()
-			return func() (redisbackend.Client, func() error) {
-				c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 64})
-				return c, c.Close
-			}
-		}, redisbackend.WithBatching(0)))
-	})
 	b.Run("autopipeline", func(b *testing.B) {
 		conformance.RunBenchmarks(b, harnessMaker(func(tb testing.TB) func() (redisbackend.Client, func() error) {
 			addr := benchRedis(tb).Addr()

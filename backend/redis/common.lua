@@ -5,22 +5,27 @@
 -- redis.go splices it into each script right after the script's first line,
 -- its shebang, so every script Redis runs is whole in itself.
 --
--- ARGV     now_ms, now_us, cost, grace_ms, then five per limit:
---          algorithm (0 fixed, 1 aligned, 2 gcra, 3 sliding), max, window_ms, and the
---          limit's capacity and emission interval in µs, which Go computes
---          once per policy (driver.Limit.Capacity and EmissionMicros)
--- KEYS[i]  limit i's state: a string "used:end" of two decimal integers (End
---          in Unix ms for fixed windows, the TAT in Unix µs for GCRA), or
---          "used:end:prev" for a sliding window (Prev, the count of the
---          window before the one ending at End). A
---          string, not a hash: one SET ... PX writes the value and its expiry
---          together, one GET reads it, and it is the smallest encoding. A
---          foreign value is still caught: GET answers WRONGTYPE for any other
---          type, and a string not in this exact format is refused.
+-- ARGV     now_ms, now_us, cost, grace_ms, n (the number of limits), then six
+--          per limit: algorithm (0 fixed, 1 aligned, 2 gcra, 3 sliding), max,
+--          window_ms, the limit's capacity and emission interval in µs,
+--          which Go computes once per policy (driver.Limit.Capacity and
+--          EmissionMicros), and the limit's key (driver.Limit.Key)
+-- KEYS[1]  the identifier's state under the whole policy (layout 3): one
+--          hash, every value a decimal integer, with for a limit of key K
+--            eK  End: the window's end in Unix ms, or the TAT in Unix µs for GCRA
+--            uK  Used (not for GCRA, whose Used is always 0)
+--            pK  Prev, the count of the window before the one ending at End
+--                (sliding windows only)
+--          and the field x, the Unix ms (by the writer's clock) until which
+--          the key's expiry was last set. A limit whose fields are absent
+--          holds the zero State. One HMGET reads every limit, one HSET writes
+--          them, whatever the number of limits; a limit that a redefined
+--          policy dropped keeps its fields, untouched.
 --
 -- Lua numbers are doubles: every integer here stays below 2^53 (MaxQuota,
 -- MaxWindow and the GCRA span bound see to it), so the arithmetic is exact.
--- Numbers are formatted with %d: tostring would print 1.7e+15.
+-- Numbers go to Redis formatted with %d: Redis would turn a Lua number into
+-- a string with 14 significant digits, and tostring prints 1.7e+15.
 
 local FIXED_WINDOW, ALIGNED_WINDOW, GCRA, SLIDING_WINDOW = 0, 1, 2, 3
 local MAX_EXACT = 9007199254740991 -- 2^53 - 1
@@ -136,67 +141,111 @@ local function decide(limits, now_ms, now_us, cost, states)
   return true, next
 end
 
--- read_request parses ARGV and reads every limit's state, all before any
--- write, so that a foreign value stops a script before it changes anything.
--- It returns nil and an error message for a foreign value.
---
--- Called without arguments it reads the whole of KEYS and ARGV. decide_many.lua,
--- which decides several requests in one call, passes where one request's
--- part starts: its keys are KEYS[k0 + 1] to KEYS[k0 + n] and its arguments
--- ARGV[a0 + 1] onwards, laid out as above.
-local function read_request(k0, a0, n)
-  k0, a0, n = k0 or 0, a0 or 0, n or #KEYS
-  local req = {
-    now_ms = tonumber(ARGV[a0 + 1]),
-    now_us = tonumber(ARGV[a0 + 2]),
-    cost = tonumber(ARGV[a0 + 3]),
-    grace_ms = tonumber(ARGV[a0 + 4]),
-    k0 = k0,
-    limits = {},
-    states = {},
-    present = {}, -- present[i]: KEYS[k0 + i] was stored
-  }
+-- read_limits parses n limits of ARGV, six values each starting at
+-- ARGV[a0 + 6], into limits with the hash fields of each: l.E, l.U and l.P
+-- name them, and l.je, l.ju and l.jp are their places in limits.fields,
+-- the list read_states reads (x last, at limits.jx). A policy's list is
+-- built once per script call, however many of its decisions it carries.
+local function read_limits(a0, n)
+  local limits = {}
+  local fields = {}
   for i = 1, n do
-    local a = a0 + 4 + (i - 1) * 5
-    req.limits[i] = {
+    local a = a0 + 5 + (i - 1) * 6
+    local l = {
       Algorithm = tonumber(ARGV[a + 1]),
       Max = tonumber(ARGV[a + 2]),
       Window = tonumber(ARGV[a + 3]),
       Capacity = tonumber(ARGV[a + 4]),
       Emission = tonumber(ARGV[a + 5]),
     }
-    local stored = redis.call('GET', KEYS[k0 + i])
-    req.present[i] = stored ~= false
-    if stored == false then
-      req.states[i] = {Used = 0, End = 0, Prev = 0}
-    else
-      local used, ends, prev
-      if req.limits[i].Algorithm == SLIDING_WINDOW then
-        used, ends, prev = string.match(stored, '^(%-?%d+):(%-?%d+):(%-?%d+)$')
-      else
-        used, ends = string.match(stored, '^(%-?%d+):(%-?%d+)$')
-        prev = '0'
-      end
-      used, ends, prev = tonumber(used), tonumber(ends), tonumber(prev)
-      if used == nil or ends == nil or prev == nil or math.abs(used) > MAX_EXACT or math.abs(ends) > MAX_EXACT
-          or math.abs(prev) > MAX_EXACT then
-        return nil, 'THROTTLEKIT_FOREIGN_VALUE key ' .. KEYS[k0 + i] .. ' holds a value this script did not write'
-      end
-      req.states[i] = {Used = used, End = ends, Prev = prev}
+    local k = ARGV[a + 6]
+    l.E = 'e' .. k
+    fields[#fields + 1] = l.E
+    l.je = #fields
+    if l.Algorithm ~= GCRA then
+      l.U = 'u' .. k
+      fields[#fields + 1] = l.U
+      l.ju = #fields
     end
+    if l.Algorithm == SLIDING_WINDOW then
+      l.P = 'p' .. k
+      fields[#fields + 1] = l.P
+      l.jp = #fields
+    end
+    limits[i] = l
   end
+  fields[#fields + 1] = 'x'
+  limits.fields, limits.jx = fields, #fields
+  return limits
+end
+
+-- read_int reads one stored field: 0 when absent, nil when it is not an
+-- integer this script could have written.
+local function read_int(v)
+  if not v then
+    return 0
+  end
+  local n = tonumber(v)
+  if n == nil or n % 1 ~= 0 or n > MAX_EXACT or n < -MAX_EXACT then
+    return nil
+  end
+  return n
+end
+
+-- read_states reads every limit's state of req with one HMGET on req.key,
+-- all before any write, so that a foreign value stops a script before it
+-- changes anything. It returns nil and an error message for a foreign value
+-- (the key holds another type, or a field that is not an integer). The
+-- values read stay in req.ints, in the order of limits.fields, so that
+-- write_states writes only the fields that changed.
+local function read_states(req)
+  local limits = req.limits
+  local fields = limits.fields
+  local got = redis.pcall('HMGET', req.key, unpack(fields))
+  if got.err then
+    return nil, 'THROTTLEKIT_FOREIGN_VALUE key ' .. req.key .. ': ' .. got.err
+  end
+  local ints = {}
+  for j = 1, #fields do
+    local v = read_int(got[j])
+    if v == nil then
+      return nil, 'THROTTLEKIT_FOREIGN_VALUE key ' .. req.key .. ' field ' .. fields[j] ..
+          ' holds a value this script did not write'
+    end
+    ints[j] = v
+  end
+  for i = 1, req.n do
+    local l = limits[i]
+    req.states[i] = {Used = l.ju and ints[l.ju] or 0, End = ints[l.je], Prev = l.jp and ints[l.jp] or 0}
+  end
+  req.ints, req.expires = ints, ints[limits.jx]
   return req
 end
 
--- policy_ttl is the TTL every key of the policy gets, for garbage
--- collection only: grace_ms after the last of the states stops mattering
--- (a window's end, a bucket's TAT), counted from now, so no two clocks need
--- to agree. One TTL for all keys makes them exist and vanish together: a
--- multi-key script never finds some keys of a policy gone and others there,
--- which a Cluster slot in migration answers with TRYAGAIN.
+-- new_request is a request on key under limits, read_states not yet run.
+local function new_request(key, now_ms, now_us, cost, grace_ms, limits)
+  return {
+    now_ms = now_ms, now_us = now_us, cost = cost, grace_ms = grace_ms,
+    n = #limits, key = key, limits = limits,
+    states = {},
+  }
+end
+
+-- read_request parses ARGV, laid out as above, and reads the states of
+-- KEYS[1] (read_states).
+local function read_request()
+  local req = new_request(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]),
+    tonumber(ARGV[4]), read_limits(0, tonumber(ARGV[5])))
+  return read_states(req)
+end
+
+-- policy_ttl is the expiry the key needs, for garbage collection only:
+-- grace_ms after the last of the written states stops mattering (a
+-- window's end, a bucket's TAT), counted from now, so no two clocks need to
+-- agree.
 --
--- written[i] says whether KEYS[i] will be stored after this script; nil
--- means every key.
+-- written[i] says whether limit i will be stored after this script; nil
+-- means every limit.
 local function policy_ttl(req, states, written)
   local ttl = req.grace_ms
   for i = 1, #states do
@@ -214,16 +263,50 @@ local function policy_ttl(req, states, written)
   return ttl
 end
 
--- write_state stores limit i's state s with the policy's TTL (an integer
--- well below 2^53, which Redis receives in full digits).
-local function write_state(req, i, s, ttl)
-  local value
-  if req.limits[i].Algorithm == SLIDING_WINDOW then
-    value = string.format('%d:%d:%d', s.Used, s.End, s.Prev)
-  else
-    value = string.format('%d:%d', s.Used, s.End)
+-- write_states stores the states of the limits written[i] marks (nil: all)
+-- with one HSET of the fields whose value changed, and moves the key's
+-- expiry on when they need it past x, the expiry last set. The expiry never
+-- moves back: the fields of limits a redefined policy dropped live on as
+-- long as they were set to. A key's expiry is moved on by a whole grace past
+-- what the states need, so that a GCRA bucket, whose TAT moves with every
+-- decision, pays the PEXPIRE about once per grace rather than once per
+-- decision.
+local function write_states(req, states, written)
+  local args = {}
+  local ints = req.ints
+  for i = 1, #states do
+    if written == nil or written[i] then
+      local l, s = req.limits[i], states[i]
+      if s.End ~= ints[l.je] then
+        args[#args + 1] = l.E
+        args[#args + 1] = string.format('%d', s.End)
+      end
+      if l.U and s.Used ~= ints[l.ju] then
+        args[#args + 1] = l.U
+        args[#args + 1] = string.format('%d', s.Used)
+      end
+      if l.P and s.Prev ~= ints[l.jp] then
+        args[#args + 1] = l.P
+        args[#args + 1] = string.format('%d', s.Prev)
+      end
+    end
   end
-  redis.call('SET', KEYS[req.k0 + i], value, 'PX', ttl)
+  local ttl = policy_ttl(req, states, written)
+  local extend = req.expires == 0 or req.now_ms + ttl > req.expires
+  if extend then
+    ttl = ttl + req.grace_ms
+    args[#args + 1] = 'x'
+    -- An End near 2^53 (a window of 400 days that ends far ahead) would
+    -- carry x past what a double holds exactly: x then stays at the bound,
+    -- and the expiry is set again by the next write, which is harmless.
+    args[#args + 1] = string.format('%d', math.min(req.now_ms + ttl, MAX_EXACT))
+  end
+  if #args > 0 then
+    redis.call('HSET', req.key, unpack(args))
+  end
+  if extend then
+    redis.call('PEXPIRE', req.key, ttl)
+  end
 end
 
 -- reply is what every script returns: {first, used_1, end_1, prev_1,
@@ -245,10 +328,7 @@ end
 local function decide_request(req)
   local allowed, next = decide(req.limits, req.now_ms, req.now_us, req.cost, req.states)
   if allowed and req.cost > 0 then
-    local ttl = policy_ttl(req, next, nil)
-    for i = 1, #next do
-      write_state(req, i, next[i], ttl)
-    end
+    write_states(req, next, nil)
   end
   return reply(allowed and 1 or 0, next)
 end

@@ -6,29 +6,42 @@
 -- each. TestDecideManyMirrorsDecide runs both on the same random requests
 -- and compares every reply and every stored state.
 --
--- A request whose keys hold a foreign value fails alone: its element of
--- the reply is the error decide.lua would return, and the requests after it
--- are still decided.
+-- A request whose key holds a foreign value (another type, or a field that
+-- is not an integer) fails alone: its element of the reply is the error
+-- decide.lua would return, and the requests after it are still decided.
 -- Each request reads all its states before its first write, as in
 -- decide.lua; the shebang makes Redis refuse the whole call up front when
 -- it is out of memory.
 --
--- ARGV  the number of requests, then for each request the number n of its
---       keys followed by its ARGV of decide.lua (4 + 5n values)
--- KEYS  the requests' keys, one request's after another's
+-- ARGV  the expiry grace in ms; the number P of distinct policies, then for
+--       each its number n of limits and its limits' six values each (as in
+--       decide.lua); the number of requests, then for each the index of its
+--       policy (1 to P), now_ms, now_us and its cost
+-- KEYS  the requests' keys, one per request, in the same order
 -- reply one element per request: decide.lua's reply, or its error
+--
+-- A batch's decisions mostly share a few policies: each is parsed once, and
+-- a request carries four numbers.
 
+local grace_ms = tonumber(ARGV[1])
+local policies = {}
+local a = 2
+for i = 1, tonumber(ARGV[2]) do
+  local n = tonumber(ARGV[a + 1])
+  policies[i] = read_limits(a - 4, n)
+  a = a + 1 + 6 * n
+end
 local out = {}
-local k0, p = 0, 2
-for j = 1, tonumber(ARGV[1]) do
-  local n = tonumber(ARGV[p])
-  local req, err = read_request(k0, p, n)
+local count = tonumber(ARGV[a + 1])
+a = a + 1
+for j = 1, count do
+  local req, err = read_states(new_request(KEYS[j], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
+    tonumber(ARGV[a + 4]), grace_ms, policies[tonumber(ARGV[a + 1])]))
   if req == nil then
     out[j] = redis.error_reply(err)
   else
     out[j] = decide_request(req)
   end
-  k0 = k0 + n
-  p = p + 5 + 5 * n
+  a = a + 4
 end
 return out

@@ -38,7 +38,6 @@ func TestScriptsMirrorGo(t *testing.T) {
 		p := randomPolicy(t, rng, seq)
 		dp := testkit.Compile(t, p)
 		id := fmt.Sprint("seq:", seq)
-		keys := b.Keys(dp, id)
 		model := make([]driver.State, len(dp.Limits))
 		now := randomStart(rng)
 		var trail []string // what happened so far, for the failure message
@@ -86,33 +85,42 @@ func TestScriptsMirrorGo(t *testing.T) {
 				require.Equal(t, model, out.States, "%s\n%s", p, strings.Join(trail, "\n"))
 			}
 			if step%8 == 7 {
-				require.Equal(t, model, storedStates(t, c, keys), "%s\n%s", p, strings.Join(trail, "\n"))
+				require.Equal(t, model, storedStates(t, c, b, dp, id), "%s\n%s", p, strings.Join(trail, "\n"))
 			}
 			now = nextNow(rng, dp, now)
 		}
-		require.Equal(t, model, storedStates(t, c, keys), "%s\n%s", p, strings.Join(trail, "\n"))
+		require.Equal(t, model, storedStates(t, c, b, dp, id), "%s\n%s", p, strings.Join(trail, "\n"))
 	}
 }
 
-// storedStates reads the keys as the scripts stored them; an absent key is
-// the zero State.
-func storedStates(t *testing.T, c *goredis.Client, keys []string) []driver.State {
+// storedStates reads identifier's hash under p as the scripts store it
+// (layout 3, see the package documentation): for a limit of key K, eK, uK
+// and, for a sliding window, pK; an absent field reads 0.
+func storedStates(t *testing.T, c goredis.Cmdable, b *redisbackend.Backend, p *driver.Policy, identifier string) []driver.State {
 	t.Helper()
-	states := make([]driver.State, len(keys))
-	for i, k := range keys {
-		v, err := c.Get(context.Background(), k).Result()
-		if err != nil {
-			require.EqualError(t, err, "redis: nil")
+	key := b.Key(p, identifier)
+	states := make([]driver.State, len(p.Limits))
+	var fields []string
+	var into []*int64
+	for i := range p.Limits {
+		k, s := p.Limits[i].Key, &states[i]
+		fields, into = append(fields, "e"+k), append(into, &s.End)
+		if p.Limits[i].Algorithm != driver.GCRA {
+			fields, into = append(fields, "u"+k), append(into, &s.Used)
+		}
+		if p.Limits[i].Algorithm == driver.SlidingWindow {
+			fields, into = append(fields, "p"+k), append(into, &s.Prev)
+		}
+	}
+	values, err := c.HMGet(context.Background(), key, fields...).Result()
+	require.NoError(t, err, key)
+	for j, v := range values {
+		if v == nil {
 			continue
 		}
-		parts := strings.Split(v, ":")
-		require.Contains(t, []int{2, 3}, len(parts), "%s = %q", k, v)
-		fields := []*int64{&states[i].Used, &states[i].End, &states[i].Prev}
-		for j, part := range parts {
-			n, err := strconv.ParseInt(part, 10, 64)
-			require.NoError(t, err, "%s = %q", k, v)
-			*fields[j] = n
-		}
+		n, err := strconv.ParseInt(v.(string), 10, 64)
+		require.NoError(t, err, "%s %s = %q", key, fields[j], v)
+		*into[j] = n
 	}
 	return states
 }
@@ -230,7 +238,7 @@ func TestDecideManyMirrorsDecide(t *testing.T) {
 		if round%5 == 0 {
 			foreign = ids[2]
 			for _, b := range []*redisbackend.Backend{many, one} {
-				require.NoError(t, c.Set(ctx, b.Keys(policies[0], foreign)[0], "junk", time.Minute).Err())
+				require.NoError(t, c.Set(ctx, b.Key(policies[0], foreign), "junk", time.Minute).Err())
 			}
 		}
 		now := randomStart(rng)
@@ -265,7 +273,7 @@ func TestDecideManyMirrorsDecide(t *testing.T) {
 				if id == foreign && pi == 0 {
 					continue
 				}
-				require.Equal(t, storedStates(t, c, one.Keys(p, id)), storedStates(t, c, many.Keys(p, id)), "%s for %s", p.Name, id)
+				require.Equal(t, storedStates(t, c, one, p, id), storedStates(t, c, many, p, id), "%s for %s", p.Name, id)
 			}
 		}
 	}

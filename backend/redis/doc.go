@@ -17,7 +17,7 @@
 //		Addr: "localhost:6379", ContextTimeoutEnabled: true})
 //	backend, err := redisbackend.New(rdb)
 //
-// A Redis Cluster (all of an identifier's keys share one slot, see Keys):
+// A Redis Cluster (an identifier's keys share one slot, see Key):
 //
 //	rdb := redis.NewClusterClient(&redis.ClusterOptions{
 //		Addrs: addrs, ContextTimeoutEnabled: true})
@@ -31,11 +31,8 @@
 //		ContextTimeoutEnabled: true})
 //	backend, err := redisbackend.New(rdb)
 //
-// go-redis's auto-pipeliner batches the script calls of concurrent
-// decisions into pipelines, which raises throughput under load:
-//
-//	ap, err := rdb.AutoPipeline()
-//	backend, err := redisbackend.New(ap)
+// Concurrent decisions are batched by default (see Batching): nothing to
+// configure for throughput under load.
 //
 // # Timeouts
 //
@@ -97,50 +94,79 @@
 //
 // # Keys
 //
-// Each limit of a policy has one key per identifier:
+// An identifier's state under a policy is one hash, whatever the number of
+// limits (stored layout 3, see Layout):
 //
-//	<prefix>{<escaped identifier>}:<policy key>:<limit key>
-//	throttlekit:{user%3A42}:api::fixed:3600000          5000/h, unnamed
-//	throttlekit:{user%3A42}:api:hourly:fixed:3600000    5000/h named "hourly"
-//	throttlekit:{user%3A42}:api::gcra:1000:20           10/s GCRA, burst 20
+//	<prefix>v3:{<escaped identifier>}:<policy key>
+//	throttlekit:v3:{user%3A42}:api
+//
+// with, for each limit of key K (driver.Limit.Key), the fields eK, the
+// window's end in Unix milliseconds (the theoretical arrival time in Unix
+// microseconds for GCRA), uK, the units used in that window (not for GCRA,
+// whose count is its TAT), and for a sliding window pK, the count of the
+// window before. Every value is a decimal integer. The field x holds the
+// Unix millisecond, by the writing host's clock, until which the key's
+// expiry was last set (see Scripts). For 5000/h unnamed, 5000/h named
+// "hourly" and 10/s GCRA with burst 20:
+//
+//	e:fixed:3600000  u:fixed:3600000
+//	ehourly:fixed:3600000  uhourly:fixed:3600000
+//	e:gcra:1000:20
+//
+// One HMGET reads every limit and one HSET writes them: a policy of three
+// limits costs about what one does, and it lives in one key, so a Cluster
+// slot migration moves it whole. Fields writes the fields of a limit.
 //
 // The prefix is DefaultPrefix unless WithPrefix says otherwise, and holds no
 // brace. The identifier is escaped with driver.EscapeKey, whose output
 // holds only letters, digits, '-', '.', '_' and '%XX' escapes, so the braces
-// around it are the key's hash tag: all of an identifier's keys land in one
-// cluster slot, whatever bytes it holds, and no identifier can move its keys
-// to another slot with braces of its own. Escaping is injective, so distinct
-// identifiers never share a key. The policy key and the limit key are the
-// compiled driver.Policy's Key and driver.Limit's Key (key layout 2): the
-// limit's name when it was given one (empty otherwise, hence the "::"), its
-// algorithm and window in milliseconds, and a GCRA burst set explicitly.
-// Max is never part of it, so raising or lowering Max keeps the open window
-// for every algorithm, named or not, and two limits of a policy never share
-// a counter (NewPolicy refuses two limits with the same key). Keys written
-// before this layout (version 1, driver.KeyV1) held an unnamed limit's
-// notation, Max included, and a GCRA limit's capacity; rollout.KeyLayoutV1
-// and rollout.UpgradeKeys read them there and carry their windows to the
-// new keys with Seed (see Seeding).
+// around it are the key's hash tag: an identifier's keys (its leases'
+// included) land in one cluster slot, whatever bytes it holds, and no
+// identifier can move its keys to another slot with braces of its own.
+// Escaping is injective, so distinct identifiers never share a key. The
+// policy key and the limit keys are the compiled driver.Policy's Key and
+// driver.Limit's Key (key layout 2): the limit's name when it was given one
+// (empty otherwise), its algorithm and window in milliseconds, and a GCRA
+// burst set explicitly. Max is never part of it, so raising or lowering Max
+// keeps the open window for every algorithm, named or not, and two limits of
+// a policy never share a counter (NewPolicy refuses two limits with the same
+// key). A limit that a redefined policy dropped keeps its fields, untouched,
+// and the key's expiry never moves back, so they live as long as they were
+// set to.
 //
-// A key holds the string "used:end": for fixed windows the units used and
-// the window's end in Unix milliseconds, for GCRA 0 and the theoretical
-// arrival time in Unix microseconds; a sliding window's key holds
-// "used:end:prev", prev being the count of the window before the one ending
-// at end. A key of another type, or a string in another format, is reported
-// as ErrForeignValue and changes nothing.
+// A key of another type, or a field that is not an integer this backend
+// could have written, is reported as ErrForeignValue and changes nothing.
+//
+// Releases before layout 3 kept one string per limit, "used:end"
+// ("used:end:prev" for a sliding window), under
+// <prefix>{<escaped identifier>}:<policy key>:<limit key> (Layout2Keys),
+// with the limit keys of key layout 2, or before that of layout 1
+// (driver.KeyV1: an unnamed limit's notation, Max included). A deployment
+// upgrades without restarting a window by running, for the longest window
+// of its policies (twice it for a sliding window),
+//
+//	store, err := rollout.Upgrade(backend.Layout2(), backend)
+//	// from key layout 1: rollout.Upgrade(rollout.KeyLayoutV1(backend.Layout2()), backend)
+//
+// which reads each identifier's old strings once, on its first decision,
+// and carries them into its hash in the same step as that decision (see
+// Seeding; TestLayoutUpgradeOnRealRedis: 300 clients calling through the
+// upgrade, 0 ResetAt changes, 0 double grants). Layout 3 never reads or
+// writes the old keys; they expire by their own TTL.
 //
 // # Scripts
 //
 // There is one script per operation: decide.lua, peek.lua, refund.lua,
 // take.lua and seed.lua, embedded in the binary, each with the helpers they
-// share (common.lua)
-// spliced in after its shebang line (and acquire.lua and release.lua for
-// leases, which need none of them: see Concurrency leases). Each gets every key of the policy in KEYS, and in
-// ARGV the throttler's now (in milliseconds and microseconds), the cost, the
-// expiry grace and each limit's algorithm, Max, window and Burst. Each
-// returns integers: the verdict and every limit's state (Used, End). The
-// throttler computes every figure of the result from those with
-// driver.Evaluate.
+// share (common.lua) spliced in after its shebang line (and acquire.lua
+// and release.lua for leases, which need none of them: see Concurrency
+// leases; and peek_layout2.lua, which reads the strings of earlier
+// releases). Each gets the identifier's key in KEYS, and in ARGV the
+// throttler's now (in milliseconds and microseconds), the cost, the expiry
+// grace, and each limit's algorithm, Max, window, capacity, emission
+// interval and key. Each returns integers: the verdict and every limit's
+// state (Used, End, Prev). The throttler computes every figure of the result
+// from those with driver.Evaluate.
 //
 // decide.lua, refund.lua, take.lua and seed.lua mirror driver.Decide,
 // driver.Refund, driver.Take and driver.Seed line for line, as the helpers in common.lua mirror the functions they
@@ -158,13 +184,16 @@
 // never read the server's clock. The stored window end is what every result
 // reports as ResetAt, identical for every decision of a window from every
 // host (GitHub's fix for a wobbling reset time). Expiry is garbage
-// collection only: each write sets one TTL on every key of the policy, the
-// latest (end - now) among its limits plus the expiry grace
-// (DefaultExpiryGrace, 30 s, unless WithExpiryGrace says otherwise),
-// relative, so that it needs no agreement between clocks beyond the grace.
-// One TTL makes a policy's keys exist and vanish together: a script never
-// finds some of them gone and the others there, which a Cluster slot in
-// migration would answer with TRYAGAIN.
+// collection only. A write whose states need the key past the moment in x
+// sets the key's TTL to the latest (end - now) among the limits it wrote
+// plus two expiry graces (DefaultExpiryGrace, 30 s, unless WithExpiryGrace
+// says otherwise), relative, and x to now plus that TTL; any other write
+// leaves both alone. The second grace is slack, so that a GCRA bucket, whose
+// TAT moves with every decision, pays a PEXPIRE about once per grace rather
+// than once per decision, and a fixed window once per window. x compares
+// one host's clock with another's: a host whose clock is behind may leave an
+// expiry that another host set up to their difference too early, which the
+// grace covers as long as it exceeds that difference (see WithExpiryGrace).
 //
 // Scripts are run with EVALSHA, falling back to EVAL in the same call when
 // the server answers NOSCRIPT, so a decision survives SCRIPT FLUSH, a
@@ -183,10 +212,9 @@
 // later sliding window), then decides the request's cost on the merged
 // states as driver.Decide does (cost 0: the merge alone), all in one atomic
 // step. The reply carries the verdict, the states after the step
-// (Outcome.States) and the states read before it (Outcome.Prior). When a
-// state changed, the changed keys and every other stored key of the policy
-// are written with the policy's one TTL, as decide.lua sets it; a seed that
-// changes nothing writes nothing. TestSeedScriptMirrorsGo runs seed.lua and
+// (Outcome.States) and the states read before it (Outcome.Prior). The
+// states that changed are written, with the expiry rule of decide.lua; a
+// seed that changes nothing writes nothing. TestSeedScriptMirrorsGo runs seed.lua and
 // driver.Seed on the same random states and sequences, for every algorithm,
 // and requires identical verdicts, states after, prior states and stored
 // states.
@@ -195,14 +223,14 @@
 // negative field (driver.CheckGiven), and no field above 2^53 - 1, which a
 // script could not hold exactly; anything else is driver.ErrInvalidState.
 // A key holding a foreign value is ErrForeignValue, as for a decision, and
-// nothing is written. A seed is one script call on the identifier's slot, so
+// nothing is written. A seed is one script call on the identifier's key, so
 // it works on a standalone server, through Sentinel and on a Cluster, and
-// through WithBatching's pipelines (on its own call, never in
+// through the batcher's pipelines (on its own call, never in
 // decide_many.lua).
 //
 // # Concurrency leases
 //
-// The backend implements driver.Leaser (throttler.Acquire): one
+// The backend implements driver.Leaser (throttler.Throttler.Acquire): one
 // identifier's leases under one concurrency limit are a sorted set of lease
 // IDs scored by their expiry in Unix milliseconds,
 //
@@ -249,17 +277,17 @@
 //
 // # Resharding
 //
-// All keys of an identifier share a hash tag, so they live in one slot and
-// move together, and they share one expiry, so they exist and vanish
-// together. While a slot migrates, a decision whose keys are split between
-// the two nodes (the resharding tool moved some of them, not yet the others)
-// gets TRYAGAIN from Redis; the backend retries it after 1 ms, then 2, 4, up
-// to 20 ms apart, while the call's timeout allows, so that a decision is not
-// degraded for a split that lasts until the tool's next MIGRATE.
-// TestSlotMigrationCostsNoDecision moves a slot under a 10/s, 5000/h policy
-// as redis-cli --cluster reshard does, and one key at a time with 30 ms
-// pauses: about 2,000 decisions each time, 0 degraded, and every allowed
-// unit counted.
+// An identifier's state under a policy is one key, so a slot migration
+// moves it whole: a decision finds it either on the source or on the
+// target, and go-redis follows the ASK redirect to the target. A decision
+// that still gets TRYAGAIN or an ASK go-redis could not follow is retried
+// after 1 ms, then 2, 4, up to 20 ms apart, while the call's timeout
+// allows. TestSlotMigrationCostsNoDecision moves a slot under a 10/s,
+// 5000/h policy as redis-cli --cluster reshard does, and one key at a time
+// with 30 ms pauses: about 2,000 decisions each time, 0 degraded, and every
+// allowed unit counted. (Layout 2 kept a policy's limits in keys of their
+// own, which a MIGRATE could leave on two nodes at once: the decisions in
+// between waited on TRYAGAIN.)
 //
 // # Circuit breakers
 //
@@ -278,22 +306,28 @@
 //
 // # Batching
 //
-// WithBatching sends the calls that arrive while a round trip is in flight
-// together, as one pipeline: one write and one read on the connection for
-// many decisions. A call that finds nothing in flight goes out at once, so
-// a single caller sees no difference. Every call keeps its own deadline,
-// and a failing call (a foreign value, a missed deadline) fails alone.
+// Batching is on by default wherever the client can pipeline (see
+// WithBatching; WithoutBatching turns it off): the calls that arrive while
+// a round trip is in flight go together in the next one, as one pipeline,
+// one write and one read on the connection for many decisions. A call that
+// finds nothing in flight goes out at once on its caller's goroutine, so a
+// single caller sees no difference. Every call keeps its own deadline, and
+// a failing call (a foreign value, a missed deadline) fails alone.
 //
 // On a standalone client (one server, Sentinel, or a group of package
 // redisgroups) the decisions of a round trip go as one call of
 // decide_many.lua, which decides them one after the other exactly as
 // decide.lua would (TestDecideManyMirrorsDecide), so Redis pays its
-// per-call cost once per round trip. On a Cluster every decision keeps a
-// call of its own: Redis 7 refuses a script whose declared keys span
-// slots, even with the allow-cross-slot-keys flag, and passing the other
-// keys as arguments instead would break the rule that a script declares
-// every key it touches, which Cluster routing and ACL key patterns rely
-// on.
+// per-call cost once per round trip. On a Cluster the decisions of a round
+// trip that share a slot go as one decide_many.lua call and the others as
+// a call each, in one pipeline that go-redis splits by node. That is the
+// Cluster's ceiling: Redis 7 refuses a script whose declared keys span
+// slots, even with the allow-cross-slot-keys flag, and passing keys as
+// arguments would break the rule that a script declares every key it
+// touches, which Cluster routing and ACL key patterns rely on; so with
+// identifiers spread over 16,384 slots, nearly every decision pays Redis's
+// per-call cost, and a Cluster's throughput grows with its nodes rather
+// than with the batch.
 //
 // # What Redis can lose
 //

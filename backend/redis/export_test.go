@@ -23,7 +23,8 @@ var DecideManyHash = decideManyScript.Hash()
 func (b *Backend) DecideMany(ctx context.Context, reqs []driver.Request) ([]driver.Outcome, []error, error) {
 	calls := make([]*pending, len(reqs))
 	for i, req := range reqs {
-		calls[i] = &pending{keys: b.Keys(req.Policy, req.Identifier), args: b.scriptArgs(req), done: make(chan struct{}, 1)}
+		calls[i] = &pending{keys: []string{b.Key(req.Policy, req.Identifier)}, args: b.scriptArgs(req), policy: req.Policy,
+			done: make(chan struct{}, 1)}
 	}
 	m := newManyCall(calls)
 	reply, err := decideManyScript.Run(ctx, b.client.Client, m.keys, m.args...).Result()
@@ -38,7 +39,7 @@ func (b *Backend) DecideMany(ctx context.Context, reqs []driver.Request) ([]driv
 			errs[i] = classify(p.err)
 			continue
 		}
-		outs[i], errs[i] = parseReply(p.reply, len(p.keys), false)
+		outs[i], errs[i] = parseReply(p.reply, len(reqs[i].Policy.Limits), false)
 	}
 	return outs, errs, nil
 }

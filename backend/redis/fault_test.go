@@ -146,7 +146,9 @@ func TestTimeoutBoundsAPausedServer(t *testing.T) {
 			}
 			require.Zero(t, abandonedCalls(), "calls of an earlier test still running")
 			server := ownRedis(t)
-			b := mustBackend(t, kind.client(t, server.Addr()))
+			// Unbatched: this counts the goroutines of the plain path (the
+			// batcher's own are covered in batch_test.go).
+			b := mustBackend(t, kind.client(t, server.Addr()), redisbackend.WithoutBatching())
 			th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithLogger(nil))
 			p := mustPolicy(t, "paused", "10/min", throttler.WithFailureMode(throttler.FailClosed))
 			// Connected and the script cached: the pause meets the script
@@ -248,7 +250,7 @@ func TestAbandonedCallsEndAtReadTimeout(t *testing.T) {
 	server := ownRedis(t)
 	c := goredis.NewClient(&goredis.Options{Addr: server.Addr(), ReadTimeout: readTimeout})
 	t.Cleanup(func() { _ = c.Close() })
-	b := mustBackend(t, c)
+	b := mustBackend(t, c, redisbackend.WithoutBatching()) // the plain path's goroutines
 	th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithLogger(nil),
 		throttler.WithCallTimeout(50*time.Millisecond))
 	p := mustPolicy(t, "abandoned", "10/min")
@@ -341,7 +343,7 @@ func TestClusterFailoverKeepsCounts(t *testing.T) {
 		require.False(t, r.Degraded, "%v", r.Err)
 		require.EqualValues(t, 9-i, r.Remaining)
 	}
-	key := b.Keys(testkit.Compile(t, p), id)[0]
+	key := b.Key(testkit.Compile(t, p), id)
 	primary, err := cc.MasterForKey(ctx, key)
 	require.NoError(t, err)
 	replica, err := cc.SlaveForKey(ctx, key)
@@ -406,7 +408,7 @@ func TestClusterPrimaryKillRecoversAfterPromotion(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, r.Degraded, "%v", r.Err)
 
-	key := b.Keys(testkit.Compile(t, p), id)[0]
+	key := b.Key(testkit.Compile(t, p), id)
 	primaryClient, err := cc.MasterForKey(ctx, key)
 	require.NoError(t, err)
 	replicaClient, err := cc.SlaveForKey(ctx, key)
@@ -425,7 +427,7 @@ func TestClusterPrimaryKillRecoversAfterPromotion(t *testing.T) {
 	other := ""
 	for i := 0; other == "" && i < 1000; i++ {
 		id := fmt.Sprintf("other:%d", i)
-		node, err := cc.MasterForKey(ctx, b.Keys(testkit.Compile(t, p), id)[0])
+		node, err := cc.MasterForKey(ctx, b.Key(testkit.Compile(t, p), id))
 		require.NoError(t, err)
 		if node.Options().Addr != primaryAddr {
 			other = id

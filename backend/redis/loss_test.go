@@ -44,7 +44,7 @@ func used(t *testing.T, th *throttler.Throttler, p *throttler.Policy, id string)
 	r, err := th.Peek(context.Background(), p, id)
 	require.NoError(t, err)
 	require.False(t, r.Degraded, "%v", r.Err)
-	return r.Limits[0].Used
+	return r.Limits()[0].Used
 }
 
 // A failover to a replica that had fallen behind loses the writes it had
@@ -137,7 +137,7 @@ func TestEvictionPolicy(t *testing.T) {
 			// keys are gone or a decision fails, bounded in count.
 			var flooded, failed atomic.Int64
 			var victimGone atomic.Bool
-			victimKey := b.Keys(testkit.Compile(t, p), "victim")[0]
+			victimKey := b.Key(testkit.Compile(t, p), "victim")
 			var wg sync.WaitGroup
 			for g := range 8 {
 				wg.Add(1)

@@ -44,7 +44,7 @@ const DefaultPrefix = "throttlekit:"
 // DefaultExpiryGrace is how long a state outlives the moment it stops
 // mattering (its window's end, or its GCRA bucket being full again) unless
 // WithExpiryGrace says otherwise.
-const DefaultExpiryGrace = 30 * time.Second
+const DefaultExpiryGrace = driver.DefaultExpiryGrace
 
 // maxExactMicros bounds |now| in Unix microseconds, so that every number a
 // script computes stays below 2^53: a stored GCRA TAT lies at most
@@ -83,6 +83,8 @@ var (
 	acquireSource string
 	//go:embed release.lua
 	releaseSource string
+	//go:embed peek_layout2.lua
+	peekLayout2Source string
 
 	decideScript = goredis.NewScript(withCommon(decideSource))
 	// decideManyScript decides a batch of requests in one call (WithBatching
@@ -92,6 +94,8 @@ var (
 	refundScript     = goredis.NewScript(withCommon(refundSource))
 	takeScript       = goredis.NewScript(withCommon(takeSource))
 	seedScript       = goredis.NewScript(withCommon(seedSource))
+	// peekLayout2Script reads the strings of layout 2 (Backend.Layout2).
+	peekLayout2Script = goredis.NewScript(withCommon(peekLayout2Source))
 	// The lease scripts use none of common.lua.
 	acquireScript = goredis.NewScript(acquireSource)
 	releaseScript = goredis.NewScript(releaseSource)
@@ -235,7 +239,10 @@ type config struct {
 	breaker     bool
 	breakerOpts []breaker.Option
 	batching    bool
-	maxBatch    int
+	// batchingAsked is set by WithBatching: a client that cannot batch
+	// is then an error rather than a quiet fallback.
+	batchingAsked bool
+	maxBatch      int
 }
 
 // WithPrefix sets the string every key starts with; the default is
@@ -267,14 +274,14 @@ func New(client Client, opts ...Option) (*Backend, error) {
 	if isNil(client) {
 		return nil, fmt.Errorf("%w: nil client", driver.ErrInvalidOption)
 	}
-	cfg := config{prefix: DefaultPrefix, grace: DefaultExpiryGrace}
+	cfg := config{prefix: DefaultPrefix, grace: DefaultExpiryGrace, batching: true}
 	for _, opt := range opts {
 		opt(&cfg)
 	}
 	if strings.ContainsAny(cfg.prefix, "{}") {
 		return nil, fmt.Errorf("%w: key prefix %q holds a brace, which would move the hash tag off the identifier", driver.ErrInvalidOption, cfg.prefix)
 	}
-	if cfg.grace < time.Second {
+	if cfg.grace < driver.MinExpiryGrace {
 		return nil, fmt.Errorf("%w: expiry grace %v is below one second", driver.ErrInvalidOption, cfg.grace)
 	}
 	b := &Backend{client: newConn(client), prefix: cfg.prefix, graceMs: any(cfg.grace.Milliseconds())}
@@ -286,13 +293,22 @@ func New(client Client, opts ...Option) (*Backend, error) {
 		b.reader, b.ownReader = newConn(cfg.reader), true
 	}
 	if cfg.batching {
+		// Batching is the default wherever the client can pipeline; asked
+		// for with WithBatching, a client that cannot is an error.
 		bt, err := newBatcher(b.client.Client, cfg.maxBatch, !b.client.detached)
-		if err != nil {
+		switch {
+		case err == nil:
+			b.client.batch, b.reader.batch = bt, bt
+		case cfg.batchingAsked:
 			return nil, err
 		}
-		b.client.batch, b.reader.batch = bt, bt
 		if b.ownReader {
-			if b.reader.batch, err = newBatcher(b.reader.Client, cfg.maxBatch, !b.reader.detached); err != nil {
+			b.reader.batch = nil
+			rbt, err := newBatcher(b.reader.Client, cfg.maxBatch, !b.reader.detached)
+			switch {
+			case err == nil:
+				b.reader.batch = rbt
+			case cfg.batchingAsked:
 				return nil, err
 			}
 		}
@@ -337,25 +353,35 @@ func (b *Backend) ready() error {
 	return nil
 }
 
-// Keys returns the keys that hold identifier's state under p, one per limit
-// in the policy's order:
+// Layout is the version of the stored layout this package writes. Layout 3
+// keeps an identifier's state under one policy in one hash, whatever the
+// number of limits, with the version in its key (see Key). Layouts 1 and 2
+// kept one string per limit, under keys without a version (see Layout2);
+// they differ in the limit keys (driver.KeyLayout).
+const Layout = 3
+
+// Key returns the key that holds identifier's state under p, a hash with
+// the fields of every limit (see "Stored layout" in the package
+// documentation):
 //
-//	<prefix>{<escaped identifier>}:<p.Key>:<p.Limits[i].Key>
+//	<prefix>v3:{<escaped identifier>}:<p.Key>
 //
 // The identifier is escaped with driver.EscapeKey, whose output holds no
-// brace, so the part in braces is the hash tag: every key of an identifier
-// lands in one Redis Cluster slot whatever bytes it holds. A nil policy has
-// no keys, and neither has a nil *Backend.
-func (b *Backend) Keys(p *driver.Policy, identifier string) []string {
+// brace, so the part in braces is the hash tag: an identifier's keys, its
+// leases' included, land in one Redis Cluster slot whatever bytes it holds.
+// A nil policy has no key, and neither has a nil *Backend.
+func (b *Backend) Key(p *driver.Policy, identifier string) string {
 	if b == nil || p == nil {
-		return nil
+		return ""
 	}
-	id, policy := driver.EscapeKey(identifier), p.Key
-	keys := make([]string, len(p.Limits))
-	for i := range keys {
-		keys[i] = b.prefix + "{" + id + "}:" + policy + ":" + p.Limits[i].Key
-	}
-	return keys
+	id := driver.EscapeKey(identifier)
+	key := make([]byte, 0, len(b.prefix)+len(id)+len(p.Key)+6)
+	key = append(key, b.prefix...)
+	key = append(key, "v3:{"...)
+	key = append(key, id...)
+	key = append(key, "}:"...)
+	key = append(key, p.Key...)
+	return string(key)
 }
 
 // LeaseKey returns the key that holds identifier's concurrency leases
@@ -363,10 +389,11 @@ func (b *Backend) Keys(p *driver.Policy, identifier string) []string {
 //
 //	<prefix>{<escaped identifier>}:lease:<l.Key>
 //
-// It shares the identifier's hash tag with the policy keys (see Keys). No
-// policy key has this form: a limit key always holds a colon, and l.Key,
-// escaped, never does. A nil limit has no key, and neither has a nil
-// *Backend.
+// It shares the identifier's hash tag with the policy keys (see Key), and
+// no policy key of any layout has this form: a layout-3 key starts with
+// "v3:" after the prefix, and a layout-2 key ends with a limit key, which
+// always holds a colon, where l.Key, escaped, never does. A nil limit has
+// no key, and neither has a nil *Backend.
 func (b *Backend) LeaseKey(l *driver.ConcurrencyLimit, identifier string) string {
 	if b == nil || l == nil {
 		return ""
@@ -397,7 +424,7 @@ func (b *Backend) runLease(ctx context.Context, script *goredis.Script, req driv
 	}
 	keys := []string{b.LeaseKey(req.Limit, req.Identifier)}
 	args := []any{req.Now.UnixMilli(), req.Limit.TTLMillis, req.Limit.Max, b.graceMs, req.Lease}
-	reply, err := b.eval(ctx, b.client, script, false, keys, args)
+	reply, err := b.eval(ctx, b.client, script, false, keys, args, nil)
 	if err != nil {
 		return driver.LeaseOutcome{}, err
 	}
@@ -482,16 +509,17 @@ func (b *Backend) Seed(ctx context.Context, req driver.Request, given []driver.S
 		}
 		args = append(args, s.Used, s.End, s.Prev)
 	}
-	keys := b.Keys(req.Policy, req.Identifier)
-	reply, err := b.eval(ctx, b.client, seedScript, false, keys, args)
+	keys := []string{b.Key(req.Policy, req.Identifier)}
+	reply, err := b.eval(ctx, b.client, seedScript, false, keys, args, nil)
 	if err != nil {
 		return driver.Outcome{}, err
 	}
-	return parseSeedReply(reply, len(keys))
+	return parseSeedReply(reply, len(req.Policy.Limits))
 }
 
-// Reset implements driver.Resetter: it deletes every key of the
-// identifier's policy with one DEL (the keys share a slot).
+// Reset implements driver.Resetter: it deletes the identifier's key under
+// the policy with one DEL, the state of every limit of the policy, and of
+// any limit an earlier definition of it held, with it.
 func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string) error {
 	if err := b.ready(); err != nil {
 		return err
@@ -499,7 +527,11 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 	if err := checkInput(p, identifier, 0); err != nil {
 		return err
 	}
-	keys := b.Keys(p, identifier)
+	return b.del(ctx, b.Key(p, identifier))
+}
+
+// del deletes keys with one DEL on the main client.
+func (b *Backend) del(ctx context.Context, keys ...string) error {
 	_, err := await(ctx, b.client, func() (int64, error) { return b.client.Del(ctx, keys...).Result() })
 	return err
 }
@@ -542,22 +574,29 @@ func (b *Backend) runScript(ctx context.Context, c conn, script *goredis.Script,
 	if err := checkRequest(req); err != nil {
 		return driver.Outcome{}, err
 	}
-	keys := b.Keys(req.Policy, req.Identifier)
-	reply, err := b.eval(ctx, c, script, readOnly, keys, b.scriptArgs(req))
+	keys := []string{b.Key(req.Policy, req.Identifier)}
+	var policy *driver.Policy
+	if script == decideScript {
+		policy = req.Policy
+	}
+	reply, err := b.eval(ctx, c, script, readOnly, keys, b.scriptArgs(req), policy)
 	if err != nil {
 		return driver.Outcome{}, err
 	}
-	return parseReply(reply, len(keys), script == takeScript)
+	return parseReply(reply, len(req.Policy.Limits), script == takeScript)
 }
 
 // eval runs script on c, through the batcher when there is one, retrying
 // while its keys' slot is on the move (see tryAgainFirstBackoff).
-func (b *Backend) eval(ctx context.Context, c conn, script *goredis.Script, readOnly bool, keys []string, args []any) (any, error) {
+//
+// policy is the request's policy for a call of decide.lua, nil for others:
+// the batcher carries decisions of one policy together.
+func (b *Backend) eval(ctx context.Context, c conn, script *goredis.Script, readOnly bool, keys []string, args []any, policy *driver.Policy) (any, error) {
 	var reply any
 	var err error
 	for backoff := tryAgainFirstBackoff; ; backoff = min(2*backoff, tryAgainMaxBackoff) {
 		if c.batch != nil {
-			reply, err = c.batch.run(ctx, script, readOnly, keys, args)
+			reply, err = c.batch.run(ctx, script, readOnly, keys, args, policy)
 		} else {
 			reply, err = await(ctx, c, func() (any, error) {
 				if readOnly {
@@ -613,8 +652,9 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 // scriptArgs builds ARGV as the scripts read it: now in milliseconds and
-// microseconds, the cost, the expiry grace, then each limit's algorithm,
-// Max, window in milliseconds, capacity and emission interval.
+// microseconds, the cost, the expiry grace, the number of limits, then each
+// limit's algorithm, Max, window in milliseconds, capacity, emission
+// interval and key.
 //
 // The limits' part is built once per policy and kept (the throttler makes
 // one compiled policy per user policy, once, and never changes it), so a
@@ -627,18 +667,20 @@ func (b *Backend) scriptArgs(req driver.Request) []any {
 	return append(args, limitArgs...)
 }
 
-// limitArgs returns each limit's algorithm, Max, window in milliseconds,
-// capacity and emission interval in microseconds, boxed, from the cache or built and cached. The cache holds policies
+// limitArgs returns the number of limits, then each limit's algorithm, Max,
+// window in milliseconds, capacity, emission interval in microseconds and
+// key, boxed, from the cache or built and cached. The cache holds policies
 // by pointer, up to argsCacheMax of them: a program that makes policies on
 // the fly gets its arguments built per call past that, never a leak.
 func (b *Backend) limitArgs(p *driver.Policy) []any {
 	if v, ok := b.argsCache.Load(p); ok {
 		return v.([]any)
 	}
-	args := make([]any, 0, 5*len(p.Limits))
+	args := make([]any, 0, 1+6*len(p.Limits))
+	args = append(args, int64(len(p.Limits)))
 	for i := range len(p.Limits) {
 		l := p.Limits[i]
-		args = append(args, int64(l.Algorithm), l.Max, l.WindowMillis, l.Capacity, l.EmissionMicros)
+		args = append(args, int64(l.Algorithm), l.Max, l.WindowMillis, l.Capacity, l.EmissionMicros, l.Key)
 	}
 	if b.argsCached.Load() < argsCacheMax {
 		if _, loaded := b.argsCache.LoadOrStore(p, args); !loaded {

@@ -83,23 +83,47 @@ func TestKeysLayout(t *testing.T) {
 	})
 	require.NoError(t, err)
 	b := mustBackend(t, c, redisbackend.WithPrefix("app:"))
+	assert.Equal(t, "app:v3:{user%3A42%7B%7D}:api%20v2", b.Key(testkit.Compile(t, p), "user:42{}"))
+	assert.Equal(t, "throttlekit:v3:{a}:p", mustBackend(t, c).Key(testkit.Compiled(t, "p", "1/s"), "a"))
+	// Layouts 1 and 2 kept one string per limit under the limit's key.
 	assert.Equal(t, []string{
 		"app:{user%3A42%7B%7D}:api%20v2::fixed:1000",
 		"app:{user%3A42%7B%7D}:api%20v2:hourly:fixed:3600000",
 		"app:{user%3A42%7B%7D}:api%20v2:smooth:gcra:60000:20",
-	}, b.Keys(testkit.Compile(t, p), "user:42{}"))
-	assert.Equal(t, "throttlekit:{a}:p::fixed:1000", mustBackend(t, c).Keys(testkit.Compiled(t, "p", "1/s"), "a")[0])
-	// An unnamed limit's key holds neither its Max nor a GCRA burst that
-	// follows Max, so raising Max keeps the key; a burst set explicitly is
-	// part of the key.
-	assert.Equal(t, []string{
-		"throttlekit:{a}:p::fixed:1000",
-		"throttlekit:{a}:p::sliding:60000",
-		"throttlekit:{a}:p::gcra:3600000",
-		"throttlekit:{a}:p::gcra:1000:7",
-	}, mustBackend(t, c).Keys(testkit.Compiled(t, "p", "5/s, 9/min sliding, 100/h gcra, 3/s gcra burst=7"), "a"))
-	assert.Equal(t, mustBackend(t, c).Keys(testkit.Compiled(t, "p", "5/s, 100/h gcra"), "a"),
-		mustBackend(t, c).Keys(testkit.Compiled(t, "p", "50/s, 200/h gcra"), "a"))
+	}, b.Layout2Keys(testkit.Compile(t, p), "user:42{}"))
+}
+
+// Layout 3 keeps every limit of a policy in one hash, a field per limit
+// and per number, integers only, and the expiry it last set. An unnamed
+// limit's fields hold neither its Max nor a GCRA burst that follows Max,
+// so raising Max keeps them; a burst set explicitly is part of them.
+func TestStoredLayout(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, standalone(t).primary.Addr())
+	b := mustBackend(t, c, redisbackend.WithPrefix(newPrefix()))
+	th := quiet(t, b, throttler.NewManualClock(t0))
+	p := mustPolicy(t, "p", "5/s, 9/min sliding, 100/h gcra, 3/s gcra burst=7")
+	_, err := th.Allow(ctx, p, "a")
+	require.NoError(t, err)
+	fields, err := c.HKeys(ctx, b.Key(testkit.Compile(t, p), "a")).Result()
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{
+		"e:fixed:1000", "u:fixed:1000",
+		"e:sliding:60000", "u:sliding:60000", // p, still 0, is not written
+		"e:gcra:3600000",
+		"e:gcra:1000:7",
+		"x",
+	}, fields)
+	raised := mustPolicy(t, "p", "50/s, 90/min sliding, 200/h gcra, 30/s gcra burst=7")
+	assert.Equal(t, b.Key(testkit.Compile(t, p), "a"), b.Key(testkit.Compile(t, raised), "a"))
+	r, err := th.Peek(ctx, raised, "a")
+	require.NoError(t, err)
+	// The windows keep their count; a GCRA bucket keeps its TAT, read with
+	// the new emission interval.
+	for i, l := range r.Limits()[:2] {
+		assert.EqualValues(t, 1, l.Used, "limit %d: raising Max keeps the window", i)
+	}
+	assert.Equal(t, t0.Add(36*time.Second), r.Limits()[2].ResetAt, "the TAT is kept")
 }
 
 // Only clients known to end a command at its context's deadline run
@@ -158,7 +182,7 @@ func TestZeroBackendFailsWithoutPanicking(t *testing.T) {
 		assert.ErrorIs(t, err, driver.ErrNotInitialized, name)
 		assert.ErrorIs(t, b.Reset(ctx, testkit.Compile(t, p), "x"), driver.ErrNotInitialized, name)
 		assert.ErrorIs(t, b.Ping(ctx), driver.ErrNotInitialized, name)
-		assert.NotPanics(t, func() { b.Keys(testkit.Compile(t, p), "x") }, name)
+		assert.NotPanics(t, func() { b.Key(testkit.Compile(t, p), "x") }, name)
 
 		// Through a throttler: an error, never a silent allow, and no panic.
 		if b != nil {
@@ -177,7 +201,8 @@ func TestKeysOfAnIdentifierShareOneSlot(t *testing.T) {
 	p := mustPolicy(t, "slots", "10/s, 100/min aligned, 1000/h, 50/min gcra burst=5")
 	th := quiet(t, b, throttler.NewManualClock(t0))
 	for _, id := range []string{"user:42", "{user:42}", "}{", "{}", "a{b}c", "{a}", "x}y{z}", "ip:203.0.113.9", "\x00\xff{"} {
-		keys := b.Keys(testkit.Compile(t, p), id)
+		keys := append(b.Layout2Keys(testkit.Compile(t, p), id), b.Key(testkit.Compile(t, p), id),
+			b.LeaseKey(mustConcurrency(t, "uploads", 5, time.Minute), id))
 		want, err := cc.ClusterKeySlot(ctx, driver.EscapeKey(id)).Result()
 		require.NoError(t, err)
 		for _, k := range keys {
@@ -192,8 +217,9 @@ func TestKeysOfAnIdentifierShareOneSlot(t *testing.T) {
 		assert.False(t, r.Degraded, "%q: %v", id, r.Err)
 	}
 	// Identifiers that differ only in where the bytes fall never share keys.
-	assert.NotEqual(t, b.Keys(testkit.Compile(t, p), "a_b")[0]+b.Keys(testkit.Compile(t, p), "c")[0], b.Keys(testkit.Compile(t, p), "a")[0]+b.Keys(testkit.Compile(t, p), "b_c")[0])
-	assert.NotEqual(t, b.Keys(testkit.Compile(t, p), "a:b")[0], b.Keys(testkit.Compile(t, p), "a%3Ab")[0])
+	cp := testkit.Compile(t, p)
+	assert.NotEqual(t, b.Key(cp, "a_b")+b.Key(cp, "c"), b.Key(cp, "a")+b.Key(cp, "b_c"))
+	assert.NotEqual(t, b.Key(cp, "a:b"), b.Key(cp, "a%3Ab"))
 }
 
 // clientKind is one way to reach Redis that the backend must work through.
@@ -329,20 +355,23 @@ func TestForeignValueIsAnError(t *testing.T) {
 	b := mustBackend(t, c, redisbackend.WithPrefix(newPrefix()))
 	p := mustPolicy(t, "foreign", "5/min, 50/h", throttler.WithFailureMode(throttler.FailClosed))
 	now := t0
+	// The second limit's count: read after the first limit's fields.
+	const field = "u:fixed:3600000"
 	for _, tc := range []struct {
 		name  string
 		write func(key string) error
 	}{
-		{"hash", func(k string) error { return c.HSet(ctx, k, "u", 1, "e", 2).Err() }},
 		{"list", func(k string) error { return c.RPush(ctx, k, "x").Err() }},
-		{"string in another format", func(k string) error { return c.Set(ctx, k, "3", time.Minute).Err() }},
-		{"string with junk", func(k string) error { return c.Set(ctx, k, "1:2:3", time.Minute).Err() }},
-		{"number beyond 2^53", func(k string) error { return c.Set(ctx, k, "1:99999999999999999999", time.Minute).Err() }},
+		{"string", func(k string) error { return c.Set(ctx, k, "1:2", time.Minute).Err() }},
+		{"field not a number", func(k string) error { return c.HSet(ctx, k, field, "junk").Err() }},
+		{"field with a fraction", func(k string) error { return c.HSet(ctx, k, field, "1.5").Err() }},
+		{"field beyond 2^53", func(k string) error { return c.HSet(ctx, k, field, "99999999999999999999").Err() }},
+		{"expiry not a number", func(k string) error { return c.HSet(ctx, k, "x", "soon").Err() }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := "id-" + tc.name
-			keys := b.Keys(testkit.Compile(t, p), id)
-			require.NoError(t, tc.write(keys[1]))
+			key := b.Key(testkit.Compile(t, p), id)
+			require.NoError(t, tc.write(key))
 			for name, call := range map[string]func() (driver.Outcome, error){
 				"decide": func() (driver.Outcome, error) {
 					return b.Decide(ctx, driver.Request{Policy: testkit.Compile(t, p), Identifier: id, Cost: 1, Now: now})
@@ -353,15 +382,19 @@ func TestForeignValueIsAnError(t *testing.T) {
 				"refund": func() (driver.Outcome, error) {
 					return b.Refund(ctx, driver.Request{Policy: testkit.Compile(t, p), Identifier: id, Cost: 1, Now: now})
 				},
+				"take": func() (driver.Outcome, error) {
+					return b.Take(ctx, driver.Request{Policy: testkit.Compile(t, p), Identifier: id, Cost: 1, Now: now})
+				},
 			} {
 				_, err := call()
 				assert.ErrorIs(t, err, redisbackend.ErrForeignValue, name)
 			}
-			// The first limit's key, read before the foreign one, was not
-			// written either.
-			n, err := c.Exists(ctx, keys[0]).Result()
-			require.NoError(t, err)
-			assert.Zero(t, n)
+			// Nothing was written: a hash holds the one field put there.
+			if typ, err := c.Type(ctx, key).Result(); assert.NoError(t, err) && typ == "hash" {
+				n, err := c.HLen(ctx, key).Result()
+				require.NoError(t, err)
+				assert.EqualValues(t, 1, n)
+			}
 
 			r, err := quiet(t, b, throttler.NewManualClock(now)).Allow(ctx, p, id)
 			require.NoError(t, err)
@@ -429,7 +462,8 @@ func TestBackendRejectsBadRequests(t *testing.T) {
 		assert.True(t, errors.Is(err, driver.ErrInvalidPolicy) || errors.Is(err, driver.ErrInvalidOption), "%v", err)
 	}
 	assert.ErrorIs(t, b.Reset(ctx, nil, "x"), throttler.ErrInvalidPolicy)
-	assert.Nil(t, b.Keys(nil, "x"))
+	assert.Empty(t, b.Key(nil, "x"))
+	assert.Nil(t, b.Layout2Keys(nil, "x"))
 
 	// A zero ManualClock reads year 1, beyond what Lua's doubles hold
 	// exactly: an error, not a wrong answer.
@@ -443,7 +477,7 @@ func TestBackendRejectsBadRequests(t *testing.T) {
 	}
 }
 
-func TestResetDeletesEveryKey(t *testing.T) {
+func TestResetDeletesTheKey(t *testing.T) {
 	ctx := context.Background()
 	cc := newClusterClient(t, cluster(t), false)
 	b := mustBackend(t, cc, redisbackend.WithPrefix(newPrefix()))
@@ -451,59 +485,66 @@ func TestResetDeletesEveryKey(t *testing.T) {
 	th := quiet(t, b, throttler.NewManualClock(t0))
 	_, err := th.AllowN(ctx, p, "user", 3)
 	require.NoError(t, err)
-	keys := b.Keys(testkit.Compile(t, p), "user")
-	n, err := cc.Exists(ctx, keys...).Result()
+	key := b.Key(testkit.Compile(t, p), "user")
+	n, err := cc.Exists(ctx, key).Result()
 	require.NoError(t, err)
-	require.EqualValues(t, len(keys), n)
+	require.EqualValues(t, 1, n)
 	require.NoError(t, th.Reset(ctx, p, "user"))
-	n, err = cc.Exists(ctx, keys...).Result()
+	n, err = cc.Exists(ctx, key).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n)
 }
 
-// Stored expiry is garbage collection: the grace after the last state of
-// the policy stops mattering, measured from the request's now, whatever
-// the clock, and one expiry for every key of the policy, so that its keys
-// exist and vanish together (a slot in migration answers a script that
-// finds some keys of a policy gone and others there with TRYAGAIN).
+// Stored expiry is garbage collection: when a write needs the key to live
+// longer than it was set to, the expiry moves to a grace past the moment
+// the last state of the policy stops mattering, plus one more grace of
+// slack, measured from the request's now, whatever the clock. The x field
+// holds that moment by the writer's clock. A write that needs no more (a
+// refund, a second decision in the same window) leaves the expiry alone,
+// and nothing ever moves it back.
 func TestExpiryFollowsTheStateEnd(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, standalone(t).primary.Addr())
-	b := mustBackend(t, c, redisbackend.WithPrefix(newPrefix()), redisbackend.WithExpiryGrace(5*time.Second))
+	const grace = 5 * time.Second
+	b := mustBackend(t, c, redisbackend.WithPrefix(newPrefix()), redisbackend.WithExpiryGrace(grace))
 	p := mustPolicy(t, "ttl", "5/min, 100/h aligned, 60/min gcra burst=10")
 	// An aligned hour starting 30 minutes from t0's hour.
 	now := time.Date(2030, 1, 2, 3, 30, 0, 0, time.UTC)
 	th := quiet(t, b, throttler.NewManualClock(now))
 	_, err := th.AllowN(ctx, p, "user", 4)
 	require.NoError(t, err)
-	keys := b.Keys(testkit.Compile(t, p), "user")
-	// The aligned hour ends last: 30 minutes from now, plus the grace.
-	want := 30*time.Minute + 5*time.Second
+	key := b.Key(testkit.Compile(t, p), "user")
+	// The aligned hour ends last: 30 minutes from now, plus the grace and
+	// the slack.
+	want := 30*time.Minute + 2*grace
+	x, err := c.HGet(ctx, key, "x").Int64()
+	require.NoError(t, err)
+	assert.Equal(t, now.Add(want).UnixMilli(), x)
+	at, err := c.PExpireTime(ctx, key).Result()
+	require.NoError(t, err)
 	checkExpiry := func(label string) {
 		t.Helper()
-		var first time.Time
-		for i, key := range keys {
-			ttl, err := c.PTTL(ctx, key).Result()
-			require.NoError(t, err)
-			assert.LessOrEqual(t, ttl, want, "%s: %s", label, key)
-			assert.Greater(t, ttl, want-2*time.Second, "%s: %s", label, key)
-			// PEXPIRETIME is absolute, so keys read one after another
-			// compare exactly.
-			at, err := c.PExpireTime(ctx, key).Result()
-			require.NoError(t, err)
-			if i == 0 {
-				first = time.UnixMilli(at.Milliseconds())
-			} else {
-				// Set by PEXPIRE within one script run, whose clock may
-				// tick by a millisecond between two keys.
-				assert.WithinDuration(t, first, time.UnixMilli(at.Milliseconds()), 5*time.Millisecond, "%s: every key of the policy expires at one moment", label)
-			}
-		}
+		ttl, err := c.PTTL(ctx, key).Result()
+		require.NoError(t, err)
+		assert.LessOrEqual(t, ttl, want, label)
+		assert.Greater(t, ttl, want-2*time.Second, label)
+		again, err := c.PExpireTime(ctx, key).Result()
+		require.NoError(t, err)
+		assert.Equal(t, at, again, "%s: the expiry did not move", label)
 	}
 	checkExpiry("after a decision")
 	_, err = th.Refund(ctx, p, "user", 1)
 	require.NoError(t, err)
 	checkExpiry("after a refund")
+	_, err = th.Allow(ctx, p, "user")
+	require.NoError(t, err)
+	checkExpiry("after a second decision in the same windows")
+	// A policy that dropped the aligned hour needs the key for about a
+	// minute only: the expiry stays where the hour set it.
+	short := mustPolicy(t, "ttl", "5/min")
+	_, err = th.Allow(ctx, short, "user")
+	require.NoError(t, err)
+	checkExpiry("after a decision under a shorter policy")
 }
 
 func TestPing(t *testing.T) {
@@ -532,11 +573,17 @@ func TestOneRoundTripPerDecision(t *testing.T) {
 	_, err := th.Allow(ctx, p, "warm-up")
 	require.NoError(t, err)
 	require.NoError(t, c.ConfigResetStat(ctx).Err())
+	allowed := 0
 	for i := range 10 {
 		r, err := th.AllowN(ctx, p, fmt.Sprint("user:", i%3), 2)
 		require.NoError(t, err)
 		require.False(t, r.Degraded, "%v", r.Err)
+		if r.Allowed {
+			allowed++
+		}
 	}
+	require.NotZero(t, allowed)
+	require.Less(t, allowed, 10)
 	info, err := c.InfoMap(ctx, "commandstats").Result()
 	require.NoError(t, err)
 	calls := make(map[string]int64)
@@ -547,11 +594,16 @@ func TestOneRoundTripPerDecision(t *testing.T) {
 		calls[name] = n
 	}
 	delete(calls, "cmdstat_config|resetstat") // the reset itself
-	// The scripts' own GET and SET calls are counted too: one GET per limit
-	// per decision, one SET per limit per allowed decision. The client sent
-	// nothing but EVALSHA.
-	assert.EqualValues(t, 10*len(p.Limits()), calls["cmdstat_get"])
-	delete(calls, "cmdstat_get")
-	delete(calls, "cmdstat_set")
+	// The scripts' own calls are counted too: one HMGET per decision for
+	// the four limits together, one HSET per allowed decision, and one
+	// PEXPIRE per identifier, on its first write: the later ones need the
+	// key no longer than that set it to. The client sent nothing but
+	// EVALSHA.
+	assert.EqualValues(t, 10, calls["cmdstat_hmget"])
+	assert.EqualValues(t, allowed, calls["cmdstat_hset"])
+	assert.EqualValues(t, 3, calls["cmdstat_pexpire"])
+	delete(calls, "cmdstat_hmget")
+	delete(calls, "cmdstat_hset")
+	delete(calls, "cmdstat_pexpire")
 	assert.Equal(t, map[string]int64{"cmdstat_evalsha": 10}, calls)
 }

@@ -46,21 +46,13 @@ if req == nil then
   return redis.error_reply(err)
 end
 local next = refund(req.limits, req.now_ms, req.now_us, req.cost, req.states)
--- A changed state is written, and so is every other stored key of the
--- policy, all with the policy's one TTL, so that they still expire
--- together.
+-- Only the states that changed are written (write_states, common.lua).
 local changed, written = false, {}
 for i = 1, #next do
-  local c = next[i].Used ~= req.states[i].Used or next[i].End ~= req.states[i].End or next[i].Prev ~= req.states[i].Prev
-  changed = changed or c
-  written[i] = c or req.present[i]
+  written[i] = next[i].Used ~= req.states[i].Used or next[i].End ~= req.states[i].End or next[i].Prev ~= req.states[i].Prev
+  changed = changed or written[i]
 end
 if changed then
-  local ttl = policy_ttl(req, next, written)
-  for i = 1, #next do
-    if written[i] then
-      write_state(req, i, next[i], ttl)
-    end
-  end
+  write_states(req, next, written)
 end
 return reply(1, next)

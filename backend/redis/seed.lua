@@ -10,7 +10,7 @@
 -- as in decide.lua: every read and check comes before the first write.
 --
 -- KEYS, ARGV  see common.lua; ARGV[3] is the cost (0: the merge alone), and
---             after the limits' five arguments come the given states,
+--             after the limits' six arguments come the given states,
 --             three per limit: used, end, prev (Go has checked that they
 --             are not negative and stay below 2^53)
 -- reply       {allowed, used_1, end_1, prev_1, ..., then the same for the
@@ -99,29 +99,22 @@ end
 local n = #req.limits
 local given, prior = {}, {}
 for i = 1, n do
-  local a = 4 + 5 * n + 3 * (i - 1)
+  local a = 5 + 6 * n + 3 * (i - 1)
   given[i] = {Used = tonumber(ARGV[a + 1]), End = tonumber(ARGV[a + 2]), Prev = tonumber(ARGV[a + 3])}
   local s = req.states[i]
   prior[i] = {Used = s.Used, End = s.End, Prev = s.Prev}
 end
 local allowed = seed(req.limits, req.now_ms, req.now_us, req.cost, req.states, given)
--- As in refund.lua: a changed state is written, and so is every other
--- stored key of the policy, all with the policy's one TTL, so that they
--- still expire together. An allowed decision with a cost changes every
--- state, so then every key is written, as decide.lua writes them.
+-- As in refund.lua: only the states that changed are written. An allowed
+-- decision with a cost changes every state, so then every limit is
+-- written, as decide.lua writes them.
 local changed, written = false, {}
 for i = 1, n do
-  local c = not same(req.states[i], prior[i])
-  changed = changed or c
-  written[i] = c or req.present[i]
+  written[i] = not same(req.states[i], prior[i])
+  changed = changed or written[i]
 end
 if changed then
-  local ttl = policy_ttl(req, req.states, written)
-  for i = 1, n do
-    if written[i] then
-      write_state(req, i, req.states[i], ttl)
-    end
-  end
+  write_states(req, req.states, written)
 end
 local out = reply(allowed and 1 or 0, req.states)
 for i = 1, n do

@@ -43,7 +43,6 @@ func TestSeedScriptMirrorsGo(t *testing.T) {
 		p := randomPolicy(t, rng, seq)
 		dp := testkit.Compile(t, p)
 		id := fmt.Sprint("seed:", seq)
-		keys := b.Keys(dp, id)
 		model := make([]driver.State, len(dp.Limits))
 		now := randomStart(rng)
 		var trail []string // what happened so far, for the failure message
@@ -108,11 +107,11 @@ func TestSeedScriptMirrorsGo(t *testing.T) {
 				clear(model)
 			}
 			if step%4 == 3 {
-				require.Equal(t, model, storedStates(t, c, keys), "%s\n%s", p, strings.Join(trail, "\n"))
+				require.Equal(t, model, storedStates(t, c, b, dp, id), "%s\n%s", p, strings.Join(trail, "\n"))
 			}
 			now = nextNow(rng, dp, now)
 		}
-		require.Equal(t, model, storedStates(t, c, keys), "%s\n%s", p, strings.Join(trail, "\n"))
+		require.Equal(t, model, storedStates(t, c, b, dp, id), "%s\n%s", p, strings.Join(trail, "\n"))
 	}
 	t.Logf("given states taken %v, ignored %v (fixed, aligned, GCRA, sliding); seeds with a cost: %d allowed, %d denied",
 		took, ignored, allowed, denied)
@@ -241,93 +240,85 @@ func TestSeedForeignValue(t *testing.T) {
 		name  string
 		write func(key string) error
 	}{
-		{"hash", func(k string) error { return c.HSet(ctx, k, "u", 1).Err() }},
-		{"string in another format", func(k string) error { return c.Set(ctx, k, "3", time.Minute).Err() }},
-		{"number beyond 2^53", func(k string) error { return c.Set(ctx, k, "1:99999999999999999999", time.Minute).Err() }},
+		{"string", func(k string) error { return c.Set(ctx, k, "3", time.Minute).Err() }},
+		{"field not a number", func(k string) error { return c.HSet(ctx, k, "u:fixed:3600000", "3x").Err() }},
+		{"field beyond 2^53", func(k string) error { return c.HSet(ctx, k, "e:fixed:3600000", "99999999999999999999").Err() }},
 	} {
 		id := "id-" + tc.name
-		keys := b.Keys(dp, id)
-		require.NoError(t, tc.write(keys[1]))
+		key := b.Key(dp, id)
+		require.NoError(t, tc.write(key))
 		for _, cost := range []int64{0, 1} {
 			_, err := b.Seed(ctx, driver.Request{Policy: dp, Identifier: id, Cost: cost, Now: t0}, given)
 			assert.ErrorIs(t, err, redisbackend.ErrForeignValue, tc.name)
 			assert.ErrorIs(t, err, driver.ErrBadReply, tc.name)
 		}
-		n, err := c.Exists(ctx, keys[0]).Result()
-		require.NoError(t, err)
-		assert.Zero(t, n, "%s: the first limit's key was written", tc.name)
+		if typ, err := c.Type(ctx, key).Result(); assert.NoError(t, err) && typ == "hash" {
+			n, err := c.HLen(ctx, key).Result()
+			require.NoError(t, err)
+			assert.EqualValues(t, 1, n, "%s: the first limit's fields were written", tc.name)
+		}
 	}
 }
 
-// A seed sets the keys' expiry as decide.lua does: one TTL for every key
-// the policy keeps, the latest end of the states after the step plus the
-// grace, counted from the request's now. A limit whose given state counts
-// nothing and whose key is absent stays absent.
+// A seed sets the key's expiry as decide.lua does: when the states after
+// the step need the key longer than it was set to, a grace past the latest
+// end of the states it wrote, plus a grace of slack, counted from the
+// request's now. A limit whose given state counts nothing and that held
+// nothing stays absent, and a seed that changes nothing writes nothing.
 func TestSeedExpiry(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, standalone(t).primary.Addr())
-	b := mustBackend(t, c, redisbackend.WithPrefix(newPrefix()), redisbackend.WithExpiryGrace(5*time.Second))
+	const grace = 5 * time.Second
+	b := mustBackend(t, c, redisbackend.WithPrefix(newPrefix()), redisbackend.WithExpiryGrace(grace))
 	p := testkit.Compile(t, mustPolicy(t, "seed-ttl", "5/min, 100/h aligned, 60/min gcra burst=10, 10/min sliding"))
 	// An aligned hour that started 30 minutes ago.
 	now := time.Date(2030, 1, 2, 3, 30, 0, 0, time.UTC)
 	nowMs := now.UnixMilli()
-	keys := b.Keys(p, "user")
-	checkExpiry := func(label string, present []bool, want time.Duration) {
+	key := b.Key(p, "user")
+	checkExpiry := func(label string, fields int64, want time.Duration) {
 		t.Helper()
-		var first int64
-		for i, key := range keys {
-			ttl, err := c.PTTL(ctx, key).Result()
-			require.NoError(t, err)
-			if !present[i] {
-				assert.Equal(t, time.Duration(-2), ttl, "%s: %s should be absent", label, key)
-				continue
-			}
-			assert.LessOrEqual(t, ttl, want, "%s: %s", label, key)
-			assert.Greater(t, ttl, want-2*time.Second, "%s: %s", label, key)
-			at, err := c.PExpireTime(ctx, key).Result()
-			require.NoError(t, err)
-			if first == 0 {
-				first = at.Milliseconds()
-			} else {
-				// One TTL for every key, set by PEXPIRE within one script
-				// run: the server's clock may tick by a millisecond between
-				// two of them, so "one moment" is within a few ms.
-				assert.InDelta(t, first, at.Milliseconds(), 5, "%s: every key of the policy expires at one moment", label)
-			}
-		}
+		n, err := c.HLen(ctx, key).Result()
+		require.NoError(t, err)
+		assert.Equal(t, fields, n, "%s: fields stored", label)
+		ttl, err := c.PTTL(ctx, key).Result()
+		require.NoError(t, err)
+		assert.LessOrEqual(t, ttl, want, label)
+		assert.Greater(t, ttl, want-2*time.Second, label)
 	}
-	// Only the fixed window counts: 40 s left, plus the grace.
+	// Only the fixed window counts: 40 s left, plus the grace and the
+	// slack. Its two fields and x are stored.
 	given := []driver.State{{Used: 2, End: nowMs + 40_000}, {}, {End: now.UnixMicro()}, {}}
 	out, err := b.Seed(ctx, driver.Request{Policy: p, Identifier: "user", Now: now}, given)
 	require.NoError(t, err)
 	require.True(t, out.Allowed)
 	require.Equal(t, make([]driver.State, 4), out.Prior)
-	checkExpiry("one limit seeded", []bool{true, false, false, false}, 45*time.Second)
+	checkExpiry("one limit seeded", 3, 40*time.Second+2*grace)
 
-	// A seed of cost 1 writes every key, with the aligned hour's end (30
+	// A seed of cost 1 writes every limit, with the aligned hour's end (30
 	// minutes away) as the latest.
 	out, err = b.Seed(ctx, driver.Request{Policy: p, Identifier: "user", Cost: 1, Now: now}, make([]driver.State, 4))
 	require.NoError(t, err)
 	require.True(t, out.Allowed)
 	require.Equal(t, int64(3), out.States[0].Used)
-	checkExpiry("after a seed of cost 1", []bool{true, true, true, true}, 30*time.Minute+5*time.Second)
+	// Fixed and aligned: e and u; GCRA: e; sliding: e and u, its p still 0
+	// and so not written; and x.
+	checkExpiry("after a seed of cost 1", 2+2+1+2+1, 30*time.Minute+2*grace)
 
-	// A seed that changes one state rewrites every stored key with the
-	// policy's one TTL, as refund.lua does, so they still expire together.
+	// A seed that changes one state needs no longer expiry: it stays.
 	given = []driver.State{{Used: 4, End: nowMs + 40_000}, {}, {}, {}}
 	out, err = b.Seed(ctx, driver.Request{Policy: p, Identifier: "user", Now: now.Add(time.Second)}, given)
 	require.NoError(t, err)
 	require.Equal(t, int64(4), out.States[0].Used)
-	checkExpiry("after a seed that changed one state", []bool{true, true, true, true}, 30*time.Minute+4*time.Second)
+	checkExpiry("after a seed that changed one state", 8, 30*time.Minute+2*grace)
 
 	// A seed that changes nothing writes nothing.
-	require.NoError(t, c.PExpire(ctx, keys[0], time.Hour).Err())
-	before, err := c.PExpireTime(ctx, keys[0]).Result()
+	require.NoError(t, c.PExpire(ctx, key, time.Hour).Err())
+	before, err := c.PExpireTime(ctx, key).Result()
 	require.NoError(t, err)
 	out, err = b.Seed(ctx, driver.Request{Policy: p, Identifier: "user", Now: now.Add(time.Second)}, given)
 	require.NoError(t, err)
 	require.Equal(t, out.Prior, out.States)
-	after, err := c.PExpireTime(ctx, keys[0]).Result()
+	after, err := c.PExpireTime(ctx, key).Result()
 	require.NoError(t, err)
 	assert.Equal(t, before, after, "a seed that changed nothing wrote the key")
 }

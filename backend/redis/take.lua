@@ -63,9 +63,6 @@ if req == nil then
 end
 local k = take(req.limits, req.now_ms, req.now_us, req.cost, req.states)
 if k > 0 then
-  local ttl = policy_ttl(req, req.states, nil)
-  for i = 1, #req.states do
-    write_state(req, i, req.states[i], ttl)
-  end
+  write_states(req, req.states, nil)
 end
 return reply(k, req.states)

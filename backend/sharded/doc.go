@@ -5,7 +5,7 @@
 // picks for each identifier the group that holds its state.
 //
 // The core is generic: a Shard is a name, a primary driver.Backend and
-// replicas that are driver.Peekers, so any backend can be a shard (New).
+// replicas that implement driver.Peeker, so any backend can be a shard (New).
 // Package redisgroups (backend/redis/groups) builds the usual case, Redis
 // primaries and replicas, from code or from one configuration string; this
 // package imports no client SDK.

@@ -534,9 +534,9 @@ func TestLegacyLimiter(t *testing.T) {
 	r, err := th.Peek(context.Background(), policy, "alice")
 	require.NoError(t, err)
 	require.False(t, r.Degraded, "%v", r.Err)
-	assert.Equal(t, int64(3), r.Limits[1].Used, "the legacy count, as backend/legacy reads it (denials included, capped)")
-	assert.Equal(t, time.Unix(reset, 0), r.Limits[1].ResetAt, "the legacy window's end")
-	assert.Zero(t, r.Limits[0].Used, "the hand-written limiter knows no hourly limit")
+	assert.Equal(t, int64(3), r.Limits()[1].Used, "the legacy count, as backend/legacy reads it (denials included, capped)")
+	assert.Equal(t, time.Unix(reset, 0), r.Limits()[1].ResetAt, "the legacy window's end")
+	assert.Zero(t, r.Limits()[0].Used, "the hand-written limiter knows no hourly limit")
 
 	// A window that has ended opens a new one at the next request.
 	d, err := lim.allow(time.Unix(reset, 0).Add(100*time.Millisecond), "alice")

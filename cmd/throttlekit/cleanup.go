@@ -119,7 +119,7 @@ type cleanupTarget struct {
 
 func runCleanup(ctx context.Context, a *app, args []string) error {
 	fs := newFlagSet("cleanup", "cleanup --prefix PREFIX [flags]", cleanupDescription)
-	cf := addConnFlags(fs, false, false)
+	cf := addConnFlags(fs, false, false, false)
 	var o cleanupOpts
 	fs.StringVar(&o.prefix, "prefix", "", "delete the keys that start with this `prefix` (required)")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "count the keys that would be deleted; change nothing")
@@ -130,6 +130,9 @@ func runCleanup(ctx context.Context, a *app, args []string) error {
 	fs.StringVar(&o.progress, "progress", "auto", "progress `display`: auto (a bar when stderr is a terminal, else count lines), bar, lines or none")
 	fs.IntVar(&o.parallel, "parallel", 1, "`nodes` cleaned at the same time (Cluster primaries, groups' primaries)")
 	fs.BoolVar(&o.json, "json", false, "print the summary as a JSON document (schema in the package documentation)")
+	if memcachedFlagGiven(args) {
+		return usagef(cleanupOnRedisOnly)
+	}
 	pos, err := parseFlags(fs, a, args)
 	if err != nil {
 		return err
@@ -234,7 +237,7 @@ func openCleanupTarget(cf *connFlags) (*cleanupTarget, error) {
 			}
 		}
 	case kindMemcached:
-		return nil, usagef("cleanup works on Redis only: memcached items expire on their own, at most 33 s after their windows end")
+		return nil, usagef(cleanupOnRedisOnly)
 	}
 	return t, nil
 }
@@ -699,4 +702,23 @@ func printCleanup(a *app, doc *cleanupDoc, elapsed time.Duration) {
 	if doc.Status == "interrupted" {
 		fmt.Fprintln(w, "Interrupted: run the same command again to finish; it scans anew and finds only the keys left.")
 	}
+}
+
+// cleanupOnRedisOnly is cleanup's answer to a memcached backend.
+const cleanupOnRedisOnly = "cleanup works on Redis only: memcached items expire on their own, at most 33 s after their windows end"
+
+// memcachedFlagGiven reports whether args give --memcached, which cleanup
+// does not register, before any "--": the refusal then says why instead of
+// "flag provided but not defined".
+func memcachedFlagGiven(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && name == kindMemcached {
+			return true
+		}
+	}
+	return false
 }

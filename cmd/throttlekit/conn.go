@@ -59,13 +59,19 @@ type connFlags struct {
 
 // addConnFlags registers the connection flags on fs. withSides adds --old,
 // --new and their prefixes; withPrefix adds --prefix (cleanup registers a
-// --prefix of its own).
-func addConnFlags(fs *flag.FlagSet, withSides, withPrefix bool) *connFlags {
+// --prefix of its own); withMemcached adds --memcached (cleanup works on
+// Redis only, so its --help does not offer it; THROTTLEKIT_MEMCACHED is
+// still read, so that cleanup can say why it refuses).
+func addConnFlags(fs *flag.FlagSet, withSides, withPrefix, withMemcached bool) *connFlags {
 	c := &connFlags{single: map[string]*string{}}
 	c.single[kindRedis] = fs.String(kindRedis, "", "standalone Redis `URL` (go-redis ParseURL: redis://[user:pass@]host:port[/db][?opts], rediss://, unix://) (env "+envRedis+")")
 	c.single[kindRedisCluster] = fs.String(kindRedisCluster, "", "Redis Cluster `URL` (go-redis ParseClusterURL: redis://host:port?addr=host2:port2&addr=...) (env "+envRedisCluster+")")
 	c.single[kindRedisGroups] = fs.String(kindRedisGroups, "", "sharded Redis groups `CONFIG` in redisgroups syntax: name=redis://primary?replica=redis://replica,name2=... (env "+envRedisGroups+")")
-	c.single[kindMemcached] = fs.String(kindMemcached, "", "memcached `servers` host:port[,host:port...] (env "+envMemcached+")")
+	if withMemcached {
+		c.single[kindMemcached] = fs.String(kindMemcached, "", "memcached `servers` host:port[,host:port...] (env "+envMemcached+")")
+	} else {
+		c.single[kindMemcached] = new(string)
+	}
 	if withPrefix {
 		fs.StringVar(&c.prefix, "prefix", "", "key `prefix` of the backend (default: the backend's own, \""+redisbackend.DefaultPrefix+"\" for Redis, \""+memcachedbackend.DefaultPrefix+"\" for memcached) (env "+envPrefix+")")
 	}

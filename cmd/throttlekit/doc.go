@@ -14,7 +14,8 @@
 //
 // # Backends
 //
-// inspect, reset and cleanup take the connection strings the library takes:
+// inspect, reset and cleanup take the connection strings the library takes
+// (cleanup only the Redis ones):
 //
 //	--redis URL            a standalone Redis, as go-redis's ParseURL reads it:
 //	                       redis://[user:password@]host:port[/db][?dial_timeout=1s&...],
@@ -92,6 +93,20 @@
 // replica when the group has one, which may lag its primary by the
 // replication delay. A side that fails is reported in its row (or its
 // "error" field) and the others are still shown.
+//
+// A limit that holds no state on any side that answered, while other
+// limits do, is named in a warning on stderr with its key, and listed in
+// limits_without_state: its window may have closed (normal for a short
+// window), or its notation is not the application's. The exit status is
+// then 0; it is 4 when no limit holds state on any side.
+//
+// With --old and --new, inspect says which side serves the identifier, by
+// the rollout package's own hashing (rollout.Bucket, rollout.Split.Side):
+// its bucket under --group-id (the rollout's group ID: the Unleash toggle's
+// groupId, or rollout.WithStaticGroupID's value; rollout.DefaultStaticGroupID
+// by default), the percentage from which the new side serves it, and, with
+// --percent (the split in force), the side serving it now. --group-id and
+// --percent without --old and --new are usage errors.
 //
 // # reset
 //
@@ -177,6 +192,12 @@
 //	  "policy": {"name": "api", "notation": "api: 10/s, 5000/h", "capacity": 10},
 //	  "at": "2030-01-02T03:04:05.678Z",       // when the peek was made
 //	  "found": true,                          // some side holds state (a limit with used > 0)
+//	  "limits_without_state": ["1000/day sliding"], // when found: limits with no state on any side
+//	  "rollout": {                            // with --old and --new
+//	    "group_id": "throttlekit-rollout", "bucket": 37,
+//	    "new_from_percent": 37,               // the new side serves the identifier from this percentage on
+//	    "percent": 10, "serving": "old"       // with --percent
+//	  },
 //	  "sides": [{
 //	    "side": "old",                        // "main" for a single backend, else "old" / "new"
 //	    "backend": "memcached",               // redis, redis-cluster, redis-groups, memcached

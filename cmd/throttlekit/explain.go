@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -63,6 +64,7 @@ type explainLimit struct {
 	EmissionIntervalUs int64             `json:"emission_interval_us"`
 	Key                string            `json:"key"`
 	RedisKey           string            `json:"redis_key"`
+	RedisFields        []string          `json:"redis_fields"`
 	MemcachedKeys      map[string]string `json:"memcached_keys"`
 }
 
@@ -145,7 +147,7 @@ func explain(p *throttler.Policy, id, prefix, groups string) (*explainDoc, error
 	if err != nil {
 		return nil, usagef("--prefix: %v", err)
 	}
-	redisKeys := rb.Keys(dp, id)
+	redisKey := rb.Key(dp, id)
 	route := items.Route
 
 	doc := &explainDoc{
@@ -153,7 +155,7 @@ func explain(p *throttler.Policy, id, prefix, groups string) (*explainDoc, error
 		Policy:     policyDoc{Name: dp.Name, Notation: notation(p), Capacity: dp.Capacity},
 		Identifier: id,
 		Redis: explainRedis{Prefix: redisPrefix, HashTag: "{" + driver.EscapeKey(id) + "}",
-			Slot: keyslot.Of(redisKeys[0])},
+			Slot: keyslot.Of(redisKey)},
 		Memcached: explainMemc{Prefix: memcPrefix, Route: route},
 	}
 	if groups != "" {
@@ -173,7 +175,7 @@ func explain(p *throttler.Policy, id, prefix, groups string) (*explainDoc, error
 			Name: l.Name, Notation: userLimits[i].String(), Algorithm: l.Algorithm.String(),
 			Max: l.Max, Window: formatWindow(l.Window), WindowMs: l.WindowMillis,
 			Burst: userLimits[i].Burst, Capacity: l.Capacity,
-			Key: l.Key, RedisKey: redisKeys[i], MemcachedKeys: map[string]string{},
+			Key: l.Key, RedisKey: redisKey, RedisFields: redisbackend.Fields(&dp.Limits[i]), MemcachedKeys: map[string]string{},
 		}
 		if l.Algorithm == driver.GCRA {
 			el.EmissionIntervalUs = l.EmissionMicros // 0 for the window algorithms, which have none
@@ -208,19 +210,19 @@ func printExplain(a *app, doc *explainDoc) {
 	}
 	tw.Flush()
 
-	fmt.Fprintf(w, "\nRedis keys for identifier %q (prefix %q, hash tag %s, cluster slot %d",
+	fmt.Fprintf(w, "\nRedis key for identifier %q (prefix %q, hash tag %s, cluster slot %d",
 		doc.Identifier, doc.Redis.Prefix, doc.Redis.HashTag, doc.Redis.Slot)
 	if doc.Redis.Group != "" {
 		fmt.Fprintf(w, ", group %s", doc.Redis.Group)
 	}
 	fmt.Fprintln(w, "):")
 	tw = newTable(w)
-	row(tw, "LIMIT", "KEY")
+	row(tw, "LIMIT", "KEY", "FIELDS")
 	for _, l := range doc.Limits {
-		row(tw, l.Name, l.RedisKey)
+		row(tw, l.Name, l.RedisKey, strings.Join(l.RedisFields, " "))
 	}
 	tw.Flush()
-	fmt.Fprintln(w, `Each key holds the string "used:end" ("used:end:prev" for a sliding window); an identifier's keys share one slot and one expiry.`)
+	fmt.Fprintln(w, `The key is one hash for the whole policy (layout 3): per limit, e holds the window's end (the TAT for gcra), u the count, p the previous window's count (sliding); x is the expiry last set.`)
 
 	fmt.Fprintf(w, "\nmemcached keys (prefix %q; the route %q picks the server):\n", doc.Memcached.Prefix, doc.Memcached.Route)
 	tw = newTable(w)

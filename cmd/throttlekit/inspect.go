@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"time"
 
+	"github.com/throttlekit/throttlekit/rollout"
 	"github.com/throttlekit/throttlekit/throttler"
 )
 
@@ -35,8 +37,21 @@ when set; not its max.
 
   throttlekit inspect --redis redis://127.0.0.1:6379 --policy "10/s, 5000/h" user:42
 
-Exit status 4 when no side holds any state for the identifier (every limit
-at full quota); 1 when a side failed (its error is in the output).
+A limit that holds no state on any side while others do is named in a
+warning on stderr: its window may have closed, or its notation (name,
+algorithm, window, GCRA burst) differs from the application's, so its key
+is not the one the application writes ('throttlekit explain' shows the
+keys). Exit status 4 when no limit holds state on any side (nothing
+matched: check the policy and its name); 1 when a side failed (its error
+is in the output).
+
+With --old and --new, inspect also says which side serves the identifier:
+its bucket (1 to 100) under the rollout's group ID (--group-id: the Unleash
+toggle's groupId, the feature name unless pinned, or WithStaticGroupID's
+value; default "` + rollout.DefaultStaticGroupID + `"), the percentage from which the
+new side serves it and, given the rollout's percentage (--percent), the
+side serving now. A rollout in split mode may still read the other side
+once after a move (see package rollout).
 
 ` + sidesHelp
 
@@ -56,7 +71,23 @@ type inspectDoc struct {
 	Policy     policyDoc `json:"policy"`
 	At         string    `json:"at"`
 	Found      bool      `json:"found"`
-	Sides      []sideDoc `json:"sides"`
+	// LimitsWithoutState names the limits that hold no state on any side
+	// that answered, when others do.
+	LimitsWithoutState []string    `json:"limits_without_state,omitempty"`
+	Rollout            *rolloutDoc `json:"rollout,omitempty"`
+	Sides              []sideDoc   `json:"sides"`
+}
+
+// rolloutDoc says which side of a rollout serves the identifier.
+type rolloutDoc struct {
+	GroupID string `json:"group_id"`
+	Bucket  int    `json:"bucket"`
+	// NewFrom is the smallest percentage at which the new side serves the
+	// identifier: its bucket.
+	NewFrom int `json:"new_from_percent"`
+	// Percent and Serving are present when --percent was given.
+	Percent *int   `json:"percent,omitempty"`
+	Serving string `json:"serving,omitempty"`
 }
 
 type sideDoc struct {
@@ -90,15 +121,23 @@ type target struct {
 	close  func()
 	json   bool
 	tmo    time.Duration
+	// rollout is set for inspect over --old and --new.
+	rollout *rolloutDoc
 }
 
 // setupTarget parses the flags shared by inspect and reset and opens the
 // sides.
 func setupTarget(a *app, name, description string, args []string) (*target, error) {
 	fs := newFlagSet(name, name+" [flags] ID", description)
-	cf := addConnFlags(fs, true, true)
+	cf := addConnFlags(fs, true, true, true)
 	pf := addPolicyFlags(fs, true)
 	asJSON := fs.Bool("json", false, "print a JSON document (schema in the package documentation)")
+	var groupID *string
+	var percent *int
+	if name == "inspect" {
+		groupID = fs.String("group-id", rollout.DefaultStaticGroupID, "with --old and --new: the rollout's group `ID` identifiers are hashed with (the Unleash toggle's groupId)")
+		percent = fs.Int("percent", -1, "with --old and --new: the rollout's current `percentage` (0 to 100), to show the side serving the identifier now")
+	}
 	pos, err := parseFlags(fs, a, args)
 	if err != nil {
 		return nil, err
@@ -122,11 +161,42 @@ func setupTarget(a *app, name, description string, args []string) (*target, erro
 	if err != nil {
 		return nil, err
 	}
+	var ro *rolloutDoc
+	if groupID != nil {
+		ro, err = serving(pos[0], specs, *groupID, *percent, fs)
+		if err != nil {
+			return nil, err
+		}
+	}
 	sides, closeAll, err := openSides(specs, cf.timeout)
 	if err != nil {
 		return nil, err
 	}
-	return &target{id: pos[0], policy: p, sides: sides, close: closeAll, json: *asJSON, tmo: cf.timeout}, nil
+	return &target{id: pos[0], policy: p, sides: sides, close: closeAll, json: *asJSON, tmo: cf.timeout, rollout: ro}, nil
+}
+
+// serving says which side of a rollout serves id, with rollout's own
+// hashing (rollout.Bucket, rollout.Split.Side); nil for a single backend.
+// --group-id and --percent are usage errors without --old and --new.
+func serving(id string, specs []sideSpec, groupID string, percent int, fs *flag.FlagSet) (*rolloutDoc, error) {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if len(specs) != 2 {
+		if given["group-id"] || given["percent"] {
+			return nil, usagef("--group-id and --percent describe a rollout: give --old and --new")
+		}
+		return nil, nil
+	}
+	bucket := rollout.Bucket(groupID, id)
+	ro := &rolloutDoc{GroupID: groupID, Bucket: bucket, NewFrom: bucket}
+	if given["percent"] {
+		split, err := rollout.NewSplit(percent, groupID)
+		if err != nil {
+			return nil, usagef("--percent %d: want 0 to 100", percent)
+		}
+		ro.Percent, ro.Serving = &percent, split.Side(id).String()
+	}
+	return ro, nil
 }
 
 // throttlerFor returns a quiet Throttler over one side, failing closed so
@@ -148,8 +218,11 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 	defer t.close()
 	now := time.Now()
 	doc := &inspectDoc{Command: "inspect", Identifier: t.id, At: jsonTime(now),
-		Policy: describePolicy(t.policy)}
+		Policy: describePolicy(t.policy), Rollout: t.rollout}
 	failed := false
+	// stored counts, per limit name, the sides that answered with state
+	// for it.
+	stored := map[string]int{}
 	for _, s := range t.sides {
 		sd := t.sideDoc(s)
 		r, err := t.peek(ctx, s)
@@ -158,16 +231,24 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 			failed = true
 		} else {
 			sd.OK = true
-			for _, l := range r.Limits {
+			for _, l := range r.Limits() {
 				sd.Limits = append(sd.Limits, limitDoc{Name: l.Name, Algorithm: l.Algorithm.String(),
 					WindowMs: l.Window.Milliseconds(), Limit: l.Limit, Used: l.Used, Remaining: l.Remaining,
 					ResetAt: jsonTime(l.ResetAt), ResetInMs: max(l.ResetAt.Sub(r.At), 0).Milliseconds()})
 				if l.Used > 0 {
 					doc.Found = true
+					stored[l.Name]++
 				}
 			}
 		}
 		doc.Sides = append(doc.Sides, sd)
+	}
+	if doc.Found {
+		for _, l := range t.policy.Limits() {
+			if stored[l.Name] == 0 {
+				doc.LimitsWithoutState = append(doc.LimitsWithoutState, l.Name)
+			}
+		}
 	}
 	if t.json {
 		if err := writeJSON(a.stdout, doc); err != nil {
@@ -175,6 +256,14 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 		}
 	} else {
 		printInspect(a, doc)
+	}
+	if len(doc.LimitsWithoutState) > 0 {
+		keys := limitKeyByName(t.policy)
+		for _, name := range doc.LimitsWithoutState {
+			fmt.Fprintf(a.stderr, "throttlekit inspect: warning: no state stored for limit %s (key %q) on any side, though other limits hold state: "+
+				"its window may have closed, or its notation (name, algorithm, window, GCRA burst) is not the application's; 'throttlekit explain' shows the keys\n",
+				name, keys[name])
+		}
 	}
 	switch {
 	case ctx.Err() != nil:
@@ -233,13 +322,36 @@ func printInspect(a *app, doc *inspectDoc) {
 	for _, f := range failed {
 		fmt.Fprintln(w, "\nError on the "+f)
 	}
+	if ro := doc.Rollout; ro != nil {
+		fmt.Fprintf(w, "\nRollout: %q is in bucket %d of group %q: the new side serves it at %d%% and above, the old side below.\n",
+			doc.Identifier, ro.Bucket, ro.GroupID, ro.NewFrom)
+		if ro.Percent != nil {
+			fmt.Fprintf(w, "At %d%%, the %s side serves it.\n", *ro.Percent, ro.Serving)
+		}
+	}
 	switch {
 	case doc.Found:
 	case len(failed) == 0:
-		fmt.Fprintln(w, "\nNo state stored on any side: every limit is at its full quota.")
+		fmt.Fprintln(w, "\nNo state stored on any side: every limit is at its full quota, or the policy's name or limits\n"+
+			"are not the application's ('throttlekit explain' shows the keys they are stored under).")
 	case len(failed) < len(doc.Sides):
 		fmt.Fprintln(w, "\nNo state stored on the sides that answered.")
 	}
+}
+
+// limitKeyByName maps each limit's name to its key in layout 2, for messages.
+func limitKeyByName(p *throttler.Policy) map[string]string {
+	keys := map[string]string{}
+	dp, err := compiled(p)
+	if err != nil {
+		return keys
+	}
+	for i, l := range p.Limits() {
+		if i < len(dp.Limits) {
+			keys[l.Name] = dp.Limits[i].Key
+		}
+	}
+	return keys
 }
 
 // resetDoc is the JSON document of reset (schema in doc.go).

@@ -133,8 +133,25 @@ func TestInspectAndResetAcrossMirrorRollout(t *testing.T) {
 		assert.Equal(t, doc.Sides[0].Limits[0].ResetAt, doc.Sides[1].Limits[0].ResetAt, id)
 	}
 
+	// Which side serves each identifier: rollout's own hashing, at the
+	// source's 50 %, as the rollout itself routes it.
+	for _, id := range ids {
+		code, out, errOut := runCLI(t, append(args, "--percent", "50", id)...)
+		require.Equal(t, exitOK, code, errOut)
+		ro := decode[inspectDoc](t, out).Rollout
+		require.NotNil(t, ro, id)
+		assert.Equal(t, rollout.DefaultStaticGroupID, ro.GroupID)
+		assert.Equal(t, rollout.Bucket(rollout.DefaultStaticGroupID, id), ro.Bucket)
+		require.NotNil(t, ro.Percent)
+		assert.Equal(t, m.rb.Side(id).String(), ro.Serving, id)
+	}
+	code, out, _ := runCLI(t, append([]string{"inspect", "--policy", spec, "--percent", "100"}, append(m.sides(), ids[0])...)...)
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, out, "At 100%, the new side serves it.")
+	assert.Regexp(t, `Rollout: "user:0" is in bucket \d+ of group "throttlekit-rollout": the new side serves it at \d+% and above`, out)
+
 	// Inspect consumed nothing.
-	code, out, _ := runCLI(t, append(args, ids[3])...)
+	code, out, _ = runCLI(t, append(args, ids[3])...)
 	require.Equal(t, exitOK, code)
 	assert.Equal(t, int64(4), decode[inspectDoc](t, out).Sides[1].Limits[0].Used)
 
@@ -184,7 +201,7 @@ func TestInspectAndResetAcrossMirrorRollout(t *testing.T) {
 	assert.Regexp(t, `new\s+redis-groups groups a,b\s+reset`, out)
 	r, err := m.th.Peek(ctx, policy, ids[6])
 	require.NoError(t, err)
-	assert.Equal(t, int64(0), r.Limits[0].Used)
+	assert.Equal(t, int64(0), r.Limits()[0].Used)
 
 	// A wrong policy name finds nothing: the name is part of every key.
 	code, _, _ = runCLI(t, append([]string{"inspect", "--json", "--policy", "100/min, 1000/d gcra burst=50"}, append(m.sides(), ids[7])...)...)
@@ -222,8 +239,8 @@ func TestInspectSingleBackends(t *testing.T) {
 	assert.Equal(t, exitNotFound, code)
 
 	// A key of another type is a backend failure, exit 1, not a figure.
-	keys := rb.Keys(mustCompiled(t, policy), "user:7")
-	require.NoError(t, client.HSet(ctx, keys[0], "x", "y").Err())
+	key := rb.Key(mustCompiled(t, policy), "user:7")
+	require.NoError(t, client.RPush(ctx, key, "x").Err())
 	code, out, _ = runCLI(t, "inspect", "user:7", "--redis", "redis://"+r.Addr(), "--policy", "10/min")
 	assert.Equal(t, exitFailed, code)
 	assert.Contains(t, out, "Error on the main side, redis "+r.Addr()+": ")
@@ -292,4 +309,56 @@ func TestExplainKeysExistOnServers(t *testing.T) {
 	counter = counter[:len(counter)-len("<end>:<token>")] + fmt.Sprintf("%d:%s", end, token)
 	_, err = mc.Get(counter)
 	assert.NoError(t, err, "counter %s", counter)
+}
+
+// TestInspectWrongNotationForOneLimit: a policy whose notation differs from
+// the application's for one limit finds that limit's key empty. inspect
+// names it in a warning; when no limit matches at all, it exits 4.
+func TestInspectWrongNotationForOneLimit(t *testing.T) {
+	localserver.SkipIfShort(t)
+	ctx := context.Background()
+	r := localserver.RedisT(t, localserver.RedisOptions{})
+	client := goredis.NewClient(&goredis.Options{Addr: r.Addr()})
+	t.Cleanup(func() { _ = client.Close() })
+	backend, err := redisbackend.New(client)
+	require.NoError(t, err)
+	th, err := throttler.New(backend, throttler.WithLogger(nil), throttler.WithCallTimeout(5*time.Second))
+	require.NoError(t, err)
+	// Windows of an hour and a day: none closes while the test runs.
+	policy, err := throttler.ParsePolicy("api", "100/h, 1000/d")
+	require.NoError(t, err)
+	for range 3 {
+		res, err := th.Allow(ctx, policy, "user:7")
+		require.NoError(t, err)
+		require.False(t, res.Degraded, "%v", res.Err)
+	}
+	url := "redis://" + r.Addr()
+
+	// The application's notation: no warning.
+	code, out, errOut := runCLI(t, "inspect", "--json", "--redis", url, "--policy", "100/h, 1000/d", "user:7")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Empty(t, decode[inspectDoc](t, out).LimitsWithoutState)
+	assert.NotContains(t, errOut, "warning")
+
+	// The day limit written as a sliding window: another key.
+	code, out, errOut = runCLI(t, "inspect", "--json", "--redis", url, "--policy", "100/h, 1000/d sliding", "user:7")
+	require.Equal(t, exitOK, code, errOut)
+	doc := decode[inspectDoc](t, out)
+	assert.True(t, doc.Found)
+	assert.Equal(t, []string{"1000/day sliding"}, doc.LimitsWithoutState)
+	assert.Contains(t, errOut, `warning: no state stored for limit 1000/day sliding (key ":sliding:86400000")`)
+	assert.Equal(t, int64(3), doc.Sides[0].Limits[0].Used)
+
+	// Every limit wrong: nothing matched, exit 4, with the hint.
+	code, out, _ = runCLI(t, "inspect", "--redis", url, "--policy", "100/h gcra, 1000/d sliding", "user:7")
+	assert.Equal(t, exitNotFound, code)
+	assert.Contains(t, out, "or the policy's name or limits\nare not the application's")
+
+	// --percent and --group-id describe a rollout; 101 is no percentage.
+	code, _, errOut = runCLI(t, "inspect", "--redis", url, "--policy", "100/h", "--percent", "50", "user:7")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "give --old and --new")
+	code, _, errOut = runCLI(t, "inspect", "--old", "redis="+url, "--new", "redis="+url, "--new-prefix", "x:", "--policy", "100/h", "--percent", "101", "user:7")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "want 0 to 100")
 }

@@ -115,7 +115,7 @@ func TestHelpForEveryCommand(t *testing.T) {
 	require.Equal(t, exitOK, code)
 	for _, want := range []string{"--redis URL", "--redis-cluster URL", "--redis-groups CONFIG", "--memcached servers",
 		"--old KIND=VALUE", "--new KIND=VALUE", "--prefix prefix", "--policy string", "--policy-name name",
-		"THROTTLEKIT_REDIS", "--json"} {
+		"THROTTLEKIT_REDIS", "--json", "--percent percentage", "--group-id ID"} {
 		assert.Contains(t, out, want)
 	}
 	code, out, _ = runCLI(t, "cleanup", "--help")
@@ -123,6 +123,9 @@ func TestHelpForEveryCommand(t *testing.T) {
 	for _, want := range []string{"--dry-run", "--rate keys/s", "--count", "--keep prefix", "--force", "SCAN", "UNLINK"} {
 		assert.Contains(t, out, want)
 	}
+	// cleanup refuses memcached, so its help does not offer it.
+	assert.NotContains(t, out, "--memcached")
+	assert.NotContains(t, out, "THROTTLEKIT_MEMCACHED")
 }
 
 func TestUsageErrorsExitTwo(t *testing.T) {
@@ -264,8 +267,9 @@ func TestExplainTable(t *testing.T) {
 		"LIMIT                 MAX   WINDOW  ALGORITHM  BURST  EMISSION  STORAGE KEY",
 		"10/s                  10    1s      fixed      -      -         :fixed:1000",
 		"5000/h gcra burst=20  5000  1h      gcra       20     720ms     :gcra:3600000:20",
-		"throttlekit:{user%3A42}:api::fixed:1000",
-		"throttlekit:{user%3A42}:api::gcra:3600000:20",
+		"throttlekit:v3:{user%3A42}:api",
+		"e:fixed:1000 u:fixed:1000",
+		"e:gcra:3600000:20",
 		"tk:api:user%3A42|w::fixed:1000",
 		"tk:api:user%3A42|c::fixed:1000:<end>:<token>",
 		"tk:api:user%3A42|g::gcra:3600000:20",
@@ -278,8 +282,9 @@ func TestExplainTable(t *testing.T) {
 		"--redis-groups", "a=redis://127.0.0.1:1,b=redis://127.0.0.1:2")
 	require.Equal(t, exitOK, code, errOut)
 	assert.Contains(t, out, "Policy core: per-sec=10/s, 60/min aligned")
-	assert.Contains(t, out, "app:{ip%3A10.0.0.1}:core:per-sec:fixed:1000")
-	assert.Contains(t, out, "app:{ip%3A10.0.0.1}:core::aligned:60000")
+	assert.Contains(t, out, "app:v3:{ip%3A10.0.0.1}:core")
+	assert.Contains(t, out, "eper-sec:fixed:1000 uper-sec:fixed:1000")
+	assert.Contains(t, out, "e:aligned:60000 u:aligned:60000")
 	assert.Contains(t, out, "app%3A:core:ip%3A10.0.0.1|w:per-sec:fixed:1000")
 	assert.Regexp(t, `group [ab]\)`, out)
 }
@@ -298,7 +303,7 @@ func TestExplainJSON(t *testing.T) {
 	require.Len(t, doc.Limits, 2)
 	fixed, gcra := doc.Limits[0], doc.Limits[1]
 	assert.Equal(t, explainLimit{Name: "10/s", Notation: "10/s", Algorithm: "fixed", Max: 10, Window: "1s", WindowMs: 1000,
-		Capacity: 10, Key: ":fixed:1000", RedisKey: "throttlekit:{u1}:core::fixed:1000",
+		Capacity: 10, Key: ":fixed:1000", RedisKey: "throttlekit:v3:{u1}:core", RedisFields: []string{"e:fixed:1000", "u:fixed:1000"},
 		MemcachedKeys: map[string]string{"window": "tk:core:u1|w::fixed:1000", "counter": "tk:core:u1|c::fixed:1000:<end>:<token>"}}, fixed)
 	assert.Equal(t, "gcra", gcra.Algorithm)
 	assert.Equal(t, int64(5000), gcra.Max)

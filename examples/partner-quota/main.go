@@ -152,7 +152,7 @@ func report(w io.Writer, th *throttler.Throttler, p *throttler.Policy, stats *St
 	fmt.Fprintf(w, "granted: %d batches, %d calls; %d calls after waiting\n", stats.Batches, stats.BatchUnits, stats.Waits)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "window\tused\tlimit\tremaining\t")
-	for _, l := range r.Limits {
+	for _, l := range r.Limits() {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t\n", l.Name, l.Used, l.Limit, l.Remaining)
 	}
 	return tw.Flush()

@@ -68,7 +68,7 @@ func TestEightWorkersShareTheFiveWindowQuota(t *testing.T) {
 	quota := map[string]int64{}
 	for _, r := range stats.Grants {
 		require.True(t, r.Allowed)
-		for _, l := range r.Limits {
+		for _, l := range r.Limits() {
 			used[window{l.Name, l.ResetAt}] += r.Granted
 			quota[l.Name] = l.Limit
 		}
@@ -90,7 +90,7 @@ func TestEightWorkersShareTheFiveWindowQuota(t *testing.T) {
 	assert.Equal(t, sent.Load(), stats.BatchUnits+stats.Waits)
 	r, err := th.Peek(context.Background(), p, subject)
 	require.NoError(t, err)
-	for _, l := range r.Limits {
+	for _, l := range r.Limits() {
 		assert.LessOrEqual(t, l.Used, l.Limit, l.Name)
 	}
 	t.Logf("%d batches (%d calls) and %d calls after Wait in %v of clock time; first minute %d of 300, first hour %d of 15750; %d windows checked",

@@ -404,7 +404,7 @@ func (l *Limiter) refusal(r throttler.Result, p *throttler.Policy, cost int64) e
 		resource = p.Name()
 	}
 	subject, notation := resource, r.Binding
-	if len(r.Limits) > 1 {
+	if r.NumLimits() > 1 {
 		subject += ":" + r.Binding
 	}
 	for _, lim := range p.Limits() {

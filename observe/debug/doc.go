@@ -5,8 +5,8 @@
 //     that implements driver.Pinger is pinged, all at once, each within
 //     the ping timeout (one second by default), and shown ok or failed
 //     with the error, its kind (observe.ErrorKind) and the ping's latency;
-//   - the circuit breakers: those the backends report (redisbackend's
-//     Backend.Breakers, breaker.Backend, or any backend with a
+//   - the circuit breakers: those the backends report
+//     (redisbackend.Backend.Breakers, breaker.Backend, or any backend with a
 //     Breaker() *breaker.Breaker method) and those of WithBreakerSet and
 //     WithBreakers, with server, state and rejected calls;
 //   - each rollout of WithRollout: its mode, the split in force (percent

@@ -465,7 +465,7 @@ func (c *Collector) collectQuotas(ch chan<- prometheus.Metric) {
 			if failed != 0 {
 				continue
 			}
-			for _, l := range r.Limits {
+			for _, l := range r.Limits() {
 				ch <- prometheus.MustNewConstMetric(c.quotaRemaining, prometheus.GaugeValue, float64(l.Remaining), policy, l.Name, subject)
 				ch <- prometheus.MustNewConstMetric(c.quotaLimit, prometheus.GaugeValue, float64(l.Limit), policy, l.Name, subject)
 			}

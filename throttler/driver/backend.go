@@ -9,17 +9,29 @@ import (
 // The throttler has validated every field before a backend sees it: Policy
 // is built by NewPolicy, Identifier is 1 to MaxIdentifierLen bytes, Now lies
 // between the Unix epoch and MaxUnixMilli, and Cost is 0 to
-// Policy.Capacity for Decide and Peek, and any n >= 0 for Refund.
+// Policy.Capacity for Decide, Peek and Seed, 1 or more for Take and 0 or
+// more for Refund. The last two have no upper bound: a Take or a Refund of
+// math.MaxInt64 units is valid, so compute min(n, what is there) before
+// multiplying n by anything (a GCRA refund's n*T overflows; Refund and
+// Take show how).
 type Request struct {
 	// Policy holds the limits to decide, all together.
 	Policy *Policy
-	// Identifier is what is being limited: arbitrary bytes.
+	// Identifier is what is being limited: arbitrary bytes, NUL, braces,
+	// colons and invalid UTF-8 included. EscapeKey turns it into at most
+	// 3 × MaxIdentifierLen safe bytes for stores that need them.
 	Identifier string
-	// Cost is the number of units to consume (Decide) or give back
-	// (Refund). Zero is a peek.
+	// Cost is the number of units to consume (Decide, Take, Seed) or give
+	// back (Refund). Zero is a peek.
 	Cost int64
-	// Now is the throttler clock's reading. Backends decide with it and
-	// never with a clock of their own.
+	// Now is the throttler clock's reading, at the clock's full precision
+	// (nanoseconds; it is neither truncated nor rounded, and its location
+	// is the clock's). Backends decide with it and never with a clock of
+	// their own. The algorithms read it as Now.UnixMilli() for windows and
+	// Now.UnixMicro() for GCRA, which truncate (Now is never before the
+	// epoch, so that is the floor): a store must receive those integers,
+	// never a time value it might round (a SQL timestamp column rounds to
+	// microseconds) nor its own clock's reading.
 	Now time.Time
 	// Buffer, when not nil, is an empty slice with room for one state per
 	// limit of Policy. A backend may append its Outcome's states to it
@@ -41,8 +53,19 @@ func (r *Request) States() []State {
 // operation, one per limit of the request's policy, in order. The throttler
 // computes every figure of the result from these states with Evaluate.
 type Outcome struct {
+	// Allowed is the verdict: for Decide, Peek and Seed, what the package
+	// function Decide returns on the states (after Seed's merge). For cost
+	// 0 it is true unless a state is already beyond its limit: Used above
+	// a Max that was lowered, a sliding count over Max, or a GCRA TAT later
+	// than now + Capacity×T (a lowered burst, a clock that stepped back);
+	// the throttler reports it as the peek's Allowed. Refund sets it to
+	// true; Take sets it to Granted > 0.
 	Allowed bool
-	States  []State
+	// States holds the states after the operation, one per limit of the
+	// request's policy, in order; the zero State for a limit the store
+	// holds nothing for. A State that counts nothing at Now (InForce is
+	// zero) is equivalent to the zero State.
+	States []State
 	// Granted is, for Taker.Take, the units granted (Allowed is Granted >
 	// 0); other operations leave it zero.
 	Granted int64
@@ -55,7 +78,14 @@ type Outcome struct {
 // store must implement; the optional interfaces below add capabilities.
 //
 // Implementations must be safe for concurrent use by any number of
-// goroutines, processes and hosts deciding for the same identifier.
+// goroutines, processes and hosts deciding for the same identifier. Each
+// operation is atomic over all the limits of its policy for one
+// identifier: a lock (or transaction, or script) that covers the pair
+// (Policy.Name, Identifier) and is shared by Decide, Take, Refund, Seed and
+// Reset is enough, since two policy names never share state and every
+// definition of one name does. A lease operation needs the pair
+// (ConcurrencyLimit.Key, Identifier). A coarser lock is correct and only
+// slower; one per limit is not enough.
 type Backend interface {
 	// Decide applies req to the identifier's policy atomically, exactly as
 	// the package function Decide would on the stored states: allowed only
@@ -80,7 +110,13 @@ type Peeker interface {
 // Refunder is implemented by backends that can give units back. Refund gives
 // back up to req.Cost units of the current windows, exactly as the package
 // function Refund would, atomically for all limits, and returns the states
-// after it with Allowed set to true.
+// after it with Allowed set to true: a fixed window's Used falls by up to
+// req.Cost, not below 0; a GCRA TAT moves back by up to req.Cost×T, not
+// before now; a sliding window's current count (End at or after the end of
+// the window holding now) falls by up to req.Cost, not below 0, and its
+// previous count is history and stays. A closed window, a past TAT and a
+// sliding state whose current window is empty are left alone. req.Cost may
+// be any n >= 0, math.MaxInt64 included.
 //
 // Fallback: without Refunder, the throttler's Refund returns
 // errors.ErrUnsupported, and its AllowAll peeks every subject before

@@ -55,7 +55,7 @@ func TestSeedReachesTheOwningGroup(t *testing.T) {
 
 		owner := b.ShardFor(id)
 		held[owner]++
-		keys := groups[0].Keys(p, id)
+		keys := []string{groups[0].Key(p, id)}
 		for i, name := range shardNames {
 			n, err := ts.primaryClients[i].Exists(ctx, keys...).Result()
 			require.NoError(t, err)
@@ -75,8 +75,8 @@ func TestSeedReachesTheOwningGroup(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, r.Degraded, "%v", r.Err)
 		assert.True(t, r.Allowed, id)
-		assert.EqualValues(t, 5, r.Limits[0].Used, id)
-		assert.Equal(t, given[0].End, r.Limits[0].ResetAt.UnixMilli(), id)
+		assert.EqualValues(t, 5, r.Limits()[0].Used, id)
+		assert.Equal(t, given[0].End, r.Limits()[0].ResetAt.UnixMilli(), id)
 		r, err = th.Allow(ctx, policy, id)
 		require.NoError(t, err)
 		assert.False(t, r.Allowed, "%s: the seeded window is full", id)
