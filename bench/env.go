@@ -129,3 +129,27 @@ func cpuModel() string {
 }
 
 func osName() string { return runtime.GOOS + "/" + runtime.GOARCH }
+
+// flush empties the given servers (FLUSHALL SYNC), so that a cell starts on
+// empty servers whatever ran before it.
+func (e *env) flush(servers []string) error {
+	for _, addr := range servers {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := e.admin(addr).Do(ctx, "FLUSHALL", "SYNC").Err()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("flushing %s: %w", addr, err)
+		}
+	}
+	return nil
+}
+
+// resetStats resets the servers' command statistics (CONFIG RESETSTAT), so
+// that INFO commandstats after a run counts the run alone.
+func (e *env) resetStats(servers []string) {
+	for _, addr := range servers {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = e.admin(addr).ConfigResetStat(ctx).Err()
+		cancel()
+	}
+}

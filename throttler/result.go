@@ -209,26 +209,49 @@ func (r *Result) evaluate(p *driver.Policy, now time.Time, cost int64, allowed b
 	// that raced), the smallest Remaining, ties to the latest ResetAt.
 	deny, keep := -1, -1
 	var denySt, keepSt driver.Status
-	for i := range n {
-		var s driver.State
-		if i < len(states) {
-			s = states[i]
-		}
-		if more != nil {
-			more[i] = s
-		} else {
+	if n == 1 && len(states) == 1 {
+		// One limit binds whatever the verdict: nothing to compare.
+		src.states = [inlineLimits]driver.State{states[0]}
+		keep, keepSt = 0, driver.Evaluate(&p.Limits[0], states[0], now, cost, allowed)
+	} else if allowed && more == nil && len(states) == n {
+		// An allowed decision binds on the smallest Remaining; only the
+		// binding limit's figures are computed in full.
+		var keepRem, keepReset int64
+		nowMs := now.UnixMilli()
+		for i := range n {
+			s := states[i]
 			src.states[i] = s
+			rem, reset := remainingAndReset(&p.Limits[i], s, now, nowMs)
+			if keep < 0 || rem < keepRem || rem == keepRem && reset > keepReset {
+				keep, keepRem, keepReset = i, rem, reset
+			}
 		}
-		st := driver.Evaluate(&p.Limits[i], s, now, cost, allowed)
-		if !allowed && !st.Allowed && (deny < 0 || st.RetryAfter > denySt.RetryAfter) {
-			deny, denySt = i, st
+		for i := n; i < len(src.states); i++ {
+			src.states[i] = driver.State{}
 		}
-		if keep < 0 || st.Remaining < keepSt.Remaining || st.Remaining == keepSt.Remaining && st.ResetAt.After(keepSt.ResetAt) {
-			keep, keepSt = i, st
+		keepSt = driver.Evaluate(&p.Limits[keep], states[keep], now, cost, allowed)
+	} else {
+		for i := range n {
+			var s driver.State
+			if i < len(states) {
+				s = states[i]
+			}
+			if more != nil {
+				more[i] = s
+			} else {
+				src.states[i] = s
+			}
+			st := driver.Evaluate(&p.Limits[i], s, now, cost, allowed)
+			if !allowed && !st.Allowed && (deny < 0 || st.RetryAfter > denySt.RetryAfter) {
+				deny, denySt = i, st
+			}
+			if keep < 0 || st.Remaining < keepSt.Remaining || st.Remaining == keepSt.Remaining && st.ResetAt.After(keepSt.ResetAt) {
+				keep, keepSt = i, st
+			}
 		}
-	}
-	for i := n; i < len(src.states); i++ {
-		src.states[i] = driver.State{}
+		for i := n; i < len(src.states); i++ {
+			src.states[i] = driver.State{}
+		}
 	}
 	if deny >= 0 {
 		keep, keepSt = deny, denySt
@@ -245,6 +268,23 @@ func (r *Result) evaluate(p *driver.Policy, now time.Time, cost int64, allowed b
 			r.RetryAfter = time.Millisecond
 		}
 	}
+}
+
+// remainingAndReset returns what driver.Evaluate reports as the limit's
+// Remaining and ResetAt (in Unix microseconds) for state s at now, whose
+// Unix milliseconds are nowMs: computed here for fixed and aligned windows,
+// the common case, which need no more than that, and by Evaluate for the
+// other algorithms. TestRemainingAndResetMatchEvaluate holds the two to
+// agreement.
+func remainingAndReset(l *driver.Limit, s driver.State, now time.Time, nowMs int64) (remaining, resetMicros int64) {
+	if l.Algorithm != driver.FixedWindow && l.Algorithm != driver.AlignedWindow {
+		st := driver.Evaluate(l, s, now, 0, true)
+		return st.Remaining, st.ResetAt.UnixMicro()
+	}
+	if s.End > nowMs {
+		return l.Max - min(max(s.Used, 0), l.Max), s.End * 1000
+	}
+	return l.Max, driver.WindowEnd(l, nowMs) * 1000
 }
 
 // evaluated returns the Result of evaluate on a zero Result.

@@ -265,26 +265,8 @@ func (t *Throttler) decide(ctx context.Context, p *Policy, id string, cost int64
 			return nil
 		}
 	}
-	if n := len(p.compiled.Limits); t.inProcess && n <= inlineLimits {
-		// The in-process path, run's work without its generality.
-		buf := statesPool.Get().(*[inlineLimits]driver.State)
-		req.Buffer = buf[:0:n]
-		var out driver.Outcome
-		out, err = t.backend.Decide(ctx, req)
-		if err == nil && len(out.States) == n {
-			r.evaluate(p.compiled, now, cost, out.Allowed, out.States)
-			r.Identifier = id
-		}
-		*buf = [inlineLimits]driver.State{}
-		statesPool.Put(buf)
-		if err == nil && len(out.States) != n {
-			err = fmt.Errorf("%w: %d states for %d limits", driver.ErrBadReply, len(out.States), n)
-		}
-		if err != nil {
-			err = t.finish(ctx, opDecide, p, req, driver.Outcome{}, time.Since(now), wrapBackend(err), r)
-		} else if t.outages != nil {
-			t.outages.success(ctx)
-		}
+	if t.inProcess && len(p.compiled.Limits) <= inlineLimits {
+		err = t.decideInProcess(ctx, p, id, cost, now, r)
 	} else {
 		err = t.run(ctx, opDecide, p, req, r)
 	}
@@ -293,6 +275,33 @@ func (t *Throttler) decide(ctx context.Context, p *Policy, id string, cost int64
 	}
 	if t.denies != nil && !r.Allowed {
 		t.denies.remember(p, r, cost)
+	}
+	return nil
+}
+
+// decideInProcess is run's work for a decision on the in-process path (a
+// nonblocking backend, the wall clock, no observer), without its
+// generality, for a policy of up to inlineLimits limits.
+func (t *Throttler) decideInProcess(ctx context.Context, p *Policy, id string, cost int64, now time.Time, r *Result) error {
+	n := len(p.compiled.Limits)
+	buf := statesPool.Get().(*[inlineLimits]driver.State)
+	// The request is built in the call, not copied into it.
+	out, err := t.backend.Decide(ctx, driver.Request{Policy: p.compiled, Identifier: id, Cost: cost, Now: now, Buffer: buf[:0:n]})
+	if err == nil && len(out.States) == n {
+		r.evaluate(p.compiled, now, cost, out.Allowed, out.States)
+		r.Identifier = id
+	}
+	*buf = [inlineLimits]driver.State{}
+	statesPool.Put(buf)
+	if err == nil && len(out.States) != n {
+		err = fmt.Errorf("%w: %d states for %d limits", driver.ErrBadReply, len(out.States), n)
+	}
+	if err != nil {
+		req := driver.Request{Policy: p.compiled, Identifier: id, Cost: cost, Now: now}
+		return t.finish(ctx, opDecide, p, req, driver.Outcome{}, time.Since(now), wrapBackend(err), r)
+	}
+	if t.outages != nil {
+		t.outages.success(ctx)
 	}
 	return nil
 }

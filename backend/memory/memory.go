@@ -19,7 +19,7 @@ import (
 var ErrFull = errors.New("memorybackend: identifier limit reached")
 
 const (
-	shardCount = 64
+	shardCount = 1 << shardBits
 	// minSweepInterval is the fewest inserts between two sweeps of a shard.
 	minSweepInterval = 64
 	// gracePeriod keeps state this long after it stops mattering, as stored
@@ -65,14 +65,15 @@ type Backend struct {
 type shard struct {
 	mu sync.Mutex
 	// ids maps an identifier to the states it holds under every policy
-	// name: one lookup, keyed by the identifier alone, finds them.
-	ids map[string]*idEntry
+	// name: one lookup, keyed by the identifier alone and with the hash
+	// that picked the shard, finds them.
+	ids table
 	// leases holds the concurrency leases; nil until the first one.
 	leases  map[leaseKey]*leaseSet
 	inserts int
-	// peak is the most identifiers the map has held since it was made. Go
-	// maps never shrink, so a sweep that leaves a quarter of that or less
-	// copies the survivors into a new map and the old one's memory goes.
+	// peak is the most identifiers ids has held since it last shrank. A
+	// sweep that leaves a quarter of that or less moves the survivors to
+	// an array their size, and the old one's memory goes.
 	peak int
 }
 
@@ -95,6 +96,7 @@ type leaseSet struct {
 // under; the first inline, since most identifiers are limited by one
 // policy. Each entry is one (policy, identifier) pair of Len.
 type idEntry struct {
+	id    string
 	first entry // first.policy is "" once its pair is gone
 	more  []*entry
 }
@@ -215,9 +217,6 @@ func WithMaxIdentifiers(n int) Option { return func(b *Backend) { b.max = int64(
 // New returns an empty Backend.
 func New(opts ...Option) *Backend {
 	b := &Backend{seed: maphash.MakeSeed(), sweep: wallClock{}}
-	for i := range b.shards {
-		b.shards[i].ids = make(map[string]*idEntry)
-	}
 	b.swept.Store(neverSwept)
 	for _, opt := range opts {
 		opt(b)
@@ -259,6 +258,13 @@ func (b *Backend) Len() int { return int(b.held.Load()) }
 
 // Decide implements driver.Backend.
 func (b *Backend) Decide(ctx context.Context, req driver.Request) (driver.Outcome, error) {
+	// update's work, spelled out so that the outcome is built once, here.
+	if err := b.check(ctx, &req); err != nil {
+		return driver.Outcome{}, err
+	}
+	if allowed, states, needsRoom := b.tryUpdate(&req, nil); !needsRoom {
+		return driver.Outcome{Allowed: allowed, States: states}, nil
+	}
 	return b.update(ctx, &req, nil)
 }
 
@@ -303,9 +309,10 @@ func (b *Backend) Peek(ctx context.Context, req driver.Request) (driver.Outcome,
 	}
 	states := req.States()[:len(req.Policy.Limits)]
 	clear(states)
-	sh := b.shardForID(req.Identifier)
+	h := b.hash(req.Identifier)
+	sh := b.shardOf(h)
 	sh.mu.Lock()
-	if ie := sh.ids[req.Identifier]; ie != nil {
+	if ie := sh.ids.get(h, req.Identifier); ie != nil {
 		if e := ie.find(req.Policy.Name); e != nil {
 			e.load(req.Policy, states)
 		}
@@ -334,13 +341,16 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, id string) error 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	sh := b.shardForID(id)
+	h := b.hash(id)
+	sh := b.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if ie := sh.ids[id]; ie != nil && ie.remove(p.Name) {
-		b.held.Add(-1)
-		if ie.empty() {
-			delete(sh.ids, id)
+	if i := sh.ids.find(h, id); i >= 0 {
+		if ie := sh.ids.slots[i].ie; ie.remove(p.Name) {
+			b.held.Add(-1)
+			if ie.empty() {
+				sh.ids.deleteAt(i)
+			}
 		}
 	}
 	return nil
@@ -386,7 +396,7 @@ func (b *Backend) tryAcquire(key leaseKey, req driver.LeaseRequest) (out driver.
 			return driver.LeaseOutcome{}, true
 		}
 		sh.inserts++
-		if sh.inserts >= max(minSweepInterval, (len(sh.ids)+len(sh.leases))/2) {
+		if sh.inserts >= max(minSweepInterval, (sh.ids.n+len(sh.leases))/2) {
 			b.sweepLocked(sh, b.sweep.Now().UnixMilli())
 		}
 		if sh.leases == nil {
@@ -441,13 +451,13 @@ func (b *Backend) update(ctx context.Context, req *driver.Request, step func([]d
 	if err := b.check(ctx, req); err != nil {
 		return driver.Outcome{}, err
 	}
-	out, needsRoom := b.tryUpdate(req, step)
+	allowed, states, needsRoom := b.tryUpdate(req, step)
 	if !needsRoom {
-		return out, nil
+		return driver.Outcome{Allowed: allowed, States: states}, nil
 	}
 	if b.sweepAll() {
-		if out, needsRoom = b.tryUpdate(req, step); !needsRoom {
-			return out, nil
+		if allowed, states, needsRoom = b.tryUpdate(req, step); !needsRoom {
+			return driver.Outcome{Allowed: allowed, States: states}, nil
 		}
 	}
 	return driver.Outcome{}, fmt.Errorf("%w: %d pairs held", ErrFull, b.held.Load())
@@ -456,15 +466,16 @@ func (b *Backend) update(ctx context.Context, req *driver.Request, step func([]d
 // inlineStates is the most states tryUpdate keeps a copy of on the stack.
 const inlineStates = 8
 
-// tryUpdate reports needsRoom when the update must store a new pair and the
-// backend is full.
-func (b *Backend) tryUpdate(req *driver.Request, step func([]driver.State) bool) (out driver.Outcome, needsRoom bool) {
+// tryUpdate returns the verdict and the states after it, or reports
+// needsRoom when the update must store a new pair and the backend is full.
+func (b *Backend) tryUpdate(req *driver.Request, step func([]driver.State) bool) (allowed bool, states []driver.State, needsRoom bool) {
 	p := req.Policy
-	states := req.States()[:len(p.Limits)]
-	sh := b.shardForID(req.Identifier)
+	states = req.States()[:len(p.Limits)]
+	h := b.hash(req.Identifier)
+	sh := b.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	ie := sh.ids[req.Identifier]
+	ie := sh.ids.get(h, req.Identifier)
 	var e *entry
 	if ie != nil {
 		e = ie.find(p.Name)
@@ -482,36 +493,35 @@ func (b *Backend) tryUpdate(req *driver.Request, step func([]driver.State) bool)
 		before = make([]driver.State, len(states))
 	}
 	copy(before, states)
-	var allowed bool
 	if step == nil {
 		allowed = driver.Decide(p, req.Now, req.Cost, states)
 	} else {
 		allowed = step(states)
 	}
 	if !changed(before, states) {
-		return driver.Outcome{Allowed: allowed, States: states}, false
+		return allowed, states, false
 	}
 	if e == nil {
 		if b.max > 0 && b.held.Load() >= b.max {
-			return driver.Outcome{}, true
+			return false, nil, true
 		}
 		// Sweep before inserting: the new entry has no expiry yet, and a
 		// sweep after the insert would delete it.
 		sh.inserts++
-		if sh.inserts >= max(minSweepInterval, len(sh.ids)/2) {
+		if sh.inserts >= max(minSweepInterval, sh.ids.n/2) {
 			b.sweepLocked(sh, b.sweep.Now().UnixMilli())
-			ie = sh.ids[req.Identifier] // the sweep may have deleted it
+			ie = sh.ids.get(h, req.Identifier) // the sweep may have deleted it
 		}
 		if ie == nil {
-			ie = &idEntry{}
-			sh.ids[req.Identifier] = ie
-			sh.peak = max(sh.peak, len(sh.ids))
+			ie = &idEntry{id: req.Identifier}
+			sh.ids.put(h, ie)
+			sh.peak = max(sh.peak, sh.ids.n)
 		}
 		e = ie.add(p.Name)
 		b.held.Add(1)
 	}
 	e.store(p, states, req.Now, b.sweep)
-	return driver.Outcome{Allowed: allowed, States: states}, false
+	return allowed, states, false
 }
 
 // sweepAll sweeps every shard, at most once per second of the sweep clock.
@@ -537,14 +547,12 @@ func (b *Backend) sweepAll() bool {
 func (b *Backend) sweepLocked(sh *shard, nowMs int64) {
 	sh.inserts = 0
 	cutoff := nowMs - gracePeriod.Milliseconds()
-	for id, ie := range sh.ids {
+	sh.ids.sweep(func(ie *idEntry) bool {
 		if n := ie.sweep(cutoff); n > 0 {
 			b.held.Add(-int64(n))
-			if ie.empty() {
-				delete(sh.ids, id)
-			}
 		}
-	}
+		return !ie.empty()
+	})
 	for k, set := range sh.leases {
 		if set.expires <= cutoff {
 			delete(sh.leases, k)
@@ -554,18 +562,19 @@ func (b *Backend) sweepLocked(sh *shard, nowMs int64) {
 	if sh.leases != nil && len(sh.leases) == 0 {
 		sh.leases = nil // a map never shrinks: let a drained one go
 	}
-	if n := len(sh.ids); sh.peak >= shrinkAbove && n <= sh.peak/4 {
-		kept := make(map[string]*idEntry, n)
-		for id, ie := range sh.ids {
-			kept[id] = ie
-		}
-		sh.ids, sh.peak = kept, n
+	if n := sh.ids.n; sh.peak >= shrinkAbove && n <= sh.peak/4 {
+		sh.ids.fit()
+		sh.peak = n
 	}
 }
 
-func (b *Backend) shardForID(id string) *shard {
-	return &b.shards[maphash.String(b.seed, id)%shardCount]
-}
+func (b *Backend) shardForID(id string) *shard { return b.shardOf(b.hash(id)) }
+
+// hash returns the identifier's hash, which picks its shard (its low
+// shardBits bits) and its place in the shard's table (the others).
+func (b *Backend) hash(id string) uint64 { return maphash.String(b.seed, id) }
+
+func (b *Backend) shardOf(h uint64) *shard { return &b.shards[h%shardCount] }
 
 // load copies the entry's state of each of p's limits into states.
 func (e *entry) load(p *driver.Policy, states []driver.State) {

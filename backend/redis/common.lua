@@ -201,22 +201,28 @@ end
 local function read_states(req)
   local limits = req.limits
   local fields = limits.fields
-  local got = redis.pcall('HMGET', req.key, unpack(fields))
-  if got.err then
-    return nil, 'THROTTLEKIT_FOREIGN_VALUE key ' .. req.key .. ': ' .. got.err
+  local ints = redis.pcall('HMGET', req.key, unpack(fields))
+  if ints.err then
+    return nil, 'THROTTLEKIT_FOREIGN_VALUE key ' .. req.key .. ': ' .. ints.err
   end
-  local ints = {}
-  for j = 1, #fields do
-    local v = read_int(got[j])
-    if v == nil then
-      return nil, 'THROTTLEKIT_FOREIGN_VALUE key ' .. req.key .. ' field ' .. fields[j] ..
-          ' holds a value this script did not write'
+  -- read_int, inline, in place: this runs for every field of every decision
+  for j = 1, limits.jx do
+    local v = ints[j]
+    if v then
+      local n = tonumber(v)
+      if n == nil or n % 1 ~= 0 or n > MAX_EXACT or n < -MAX_EXACT then
+        return nil, 'THROTTLEKIT_FOREIGN_VALUE key ' .. req.key .. ' field ' .. fields[j] ..
+            ' holds a value this script did not write'
+      end
+      ints[j] = n
+    else
+      ints[j] = 0
     end
-    ints[j] = v
   end
+  local states = req.states
   for i = 1, req.n do
     local l = limits[i]
-    req.states[i] = {Used = l.ju and ints[l.ju] or 0, End = ints[l.je], Prev = l.jp and ints[l.jp] or 0}
+    states[i] = {Used = l.ju and ints[l.ju] or 0, End = ints[l.je], Prev = l.jp and ints[l.jp] or 0}
   end
   req.ints, req.expires = ints, ints[limits.jx]
   return req
