@@ -55,9 +55,9 @@ servers:
 unleash:
 	./scripts/install-unleash.sh
 
-## bench-peers: throttlekit against ulule/limiter, redis_rate, throttled and x/time/rate on the same servers, one table (bench/; under 10 minutes)
+## bench-peers: throttlekit against ulule/limiter, redis_rate, throttled and x/time/rate on the same servers; writes bench/BENCHMARKS.md with every goal and its figure (about 6 minutes; BENCH_QUICK=1 for a 30 s smoke run)
 bench-peers: servers
-	cd bench && $(GO) run .
+	cd bench && $(GO) run . -o BENCHMARKS.md
 
 ## bench: every benchmark, once (compare ratios within one run: the machine is shared)
 bench: servers

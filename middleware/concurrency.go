@@ -38,9 +38,9 @@ type concurrencyRule struct {
 // LeasesFromContext, to Renew them during a request that outlives the
 // limit's lease TTL.
 func WithConcurrency(limit *throttler.ConcurrencyLimit, identify IdentifierFunc) Option {
-	return func(l *Limiter) {
+	return set(func(l *Limiter) {
 		l.concurrency = append(l.concurrency, concurrencyRule{limit: limit, identify: identify})
-	}
+	})
 }
 
 type leasesKey struct{}

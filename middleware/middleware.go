@@ -43,53 +43,89 @@ type Limiter struct {
 	concurrency    []concurrencyRule
 }
 
-// Option configures a Limiter.
-type Option func(*Limiter)
+// Option configures a Limiter (New).
+type Option interface {
+	apply(*Limiter) error
+}
+
+// optionFunc adapts a function to Option.
+type optionFunc func(*Limiter) error
+
+func (f optionFunc) apply(l *Limiter) error { return f(l) }
+
+// set returns an Option that runs f, which cannot fail.
+func set(f func(*Limiter)) Option {
+	return optionFunc(func(l *Limiter) error { f(l); return nil })
+}
 
 // WithCost sets each request's cost; the default is 1. A cost of 0 checks
 // the limits and sets the headers without spending anything.
-func WithCost(cost func(*http.Request) int64) Option { return func(l *Limiter) { l.cost = cost } }
+func WithCost(cost func(*http.Request) int64) Option {
+	return optionFunc(func(l *Limiter) error {
+		if cost == nil {
+			return fmt.Errorf("%w: WithCost(nil)", driver.ErrInvalidOption)
+		}
+		l.cost = cost
+		return nil
+	})
+}
 
 // WithHeaderOptions selects which header families are sent; the default
 // sends them all. Its Resource is ignored: each Rule names its own.
 func WithHeaderOptions(o HeaderOptions) Option {
-	return func(l *Limiter) { l.headers = o; l.headers.Resource = "" }
+	return set(func(l *Limiter) { l.headers = o; l.headers.Resource = "" })
 }
 
 // WithDenyStatus sets the status of an ordinary denial; the default is 429
 // Too Many Requests. GitHub answers 403 Forbidden for some limits.
-func WithDenyStatus(code int) Option { return func(l *Limiter) { l.denyStatus = code } }
+func WithDenyStatus(code int) Option { return set(func(l *Limiter) { l.denyStatus = code }) }
 
 // WithNeverAllowedStatus sets the status of a request whose cost exceeds a
 // limit's whole quota; the default is 429, told apart from an ordinary
 // denial by its problem type and its lack of Retry-After.
-func WithNeverAllowedStatus(code int) Option { return func(l *Limiter) { l.neverStatus = code } }
+func WithNeverAllowedStatus(code int) Option { return set(func(l *Limiter) { l.neverStatus = code }) }
 
 // WithDegradedStatus sets the status of a request denied because the
 // limiter's store failed and its policy fails closed; the default is 503
 // Service Unavailable: the client did nothing wrong.
-func WithDegradedStatus(code int) Option { return func(l *Limiter) { l.degradedStatus = code } }
+func WithDegradedStatus(code int) Option { return set(func(l *Limiter) { l.degradedStatus = code }) }
 
 // WithRefundStatuses sets the response statuses whose cost is given back
 // once the handler has finished; the default is 304 Not Modified alone, so
 // that a client revalidating its cache spends nothing (GitHub's rule).
 // Call it with no codes to never refund.
 func WithRefundStatuses(codes ...int) Option {
-	return func(l *Limiter) {
+	return set(func(l *Limiter) {
 		l.refundStatuses = make(map[int]bool, len(codes))
 		for _, c := range codes {
 			l.refundStatuses[c] = true
 		}
-	}
+	})
 }
 
 // WithErrorHandler sets what answers a request the throttler could not
 // decide; the default is DefaultErrorHandler.
-func WithErrorHandler(h ErrorHandler) Option { return func(l *Limiter) { l.onError = h } }
+func WithErrorHandler(h ErrorHandler) Option {
+	return optionFunc(func(l *Limiter) error {
+		if h == nil {
+			return fmt.Errorf("%w: WithErrorHandler(nil)", driver.ErrInvalidOption)
+		}
+		l.onError = h
+		return nil
+	})
+}
 
 // WithDenyHandler sets what writes a denied request's response; the default
 // writes the Problem with WriteProblem.
-func WithDenyHandler(h DenyHandler) Option { return func(l *Limiter) { l.onDeny = h } }
+func WithDenyHandler(h DenyHandler) Option {
+	return optionFunc(func(l *Limiter) error {
+		if h == nil {
+			return fmt.Errorf("%w: WithDenyHandler(nil)", driver.ErrInvalidOption)
+		}
+		l.onDeny = h
+		return nil
+	})
+}
 
 // New returns a Limiter deciding requests with t for every subject that
 // applies to them, and holding a lease of every concurrency limit
@@ -108,7 +144,12 @@ func New(t *throttler.Throttler, subjects []Rule, opts ...Option) (*Limiter, err
 		onDeny:         writeDenial,
 	}
 	for _, opt := range opts {
-		opt(l)
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil Option", driver.ErrInvalidOption)
+		}
+		if err := opt.apply(l); err != nil {
+			return nil, err
+		}
 	}
 	if t == nil {
 		return nil, fmt.Errorf("%w: nil throttler", driver.ErrInvalidOption)

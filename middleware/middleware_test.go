@@ -672,6 +672,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"nil cost", th, ok, []middleware.Option{middleware.WithCost(nil)}},
 		{"nil error handler", th, ok, []middleware.Option{middleware.WithErrorHandler(nil)}},
 		{"nil deny handler", th, ok, []middleware.Option{middleware.WithDenyHandler(nil)}},
+		{"nil option", th, ok, []middleware.Option{nil}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lim, err := middleware.New(tc.th, tc.subjects, tc.opts...)

@@ -7,4 +7,4 @@ import "errors"
 // Stats and passed to the secondary error handler. Bad options wrap
 // driver.ErrInvalidOption, and a Backend not built by New returns errors
 // wrapping driver.ErrNotInitialized, as in every package of the module.
-var ErrSecondary = errors.New("rollout: secondary backend failure")
+var ErrSecondary = errors.New("throttlekit: rollout: secondary backend failure")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/throttlekit/throttlekit/throttler/driver"
@@ -50,7 +51,14 @@ func (v *v1Keys) rewrite(req driver.Request) driver.Request {
 }
 
 func unsupported(what string) error {
-	return fmt.Errorf("%w: the layout-1 backend cannot %s", errors.ErrUnsupported, what)
+	return fmt.Errorf("throttlekit: rollout: %w: the layout-1 backend cannot %s", errors.ErrUnsupported, what)
+}
+
+// SetLogger implements driver.LoggerSetter on b, when b does.
+func (v *v1Keys) SetLogger(l *slog.Logger) {
+	if ls, ok := v.next.(driver.LoggerSetter); ok {
+		ls.SetLogger(l)
+	}
 }
 
 // Decide implements driver.Backend.
@@ -119,7 +127,7 @@ func (v *v1Keys) Nonblocking() bool {
 // side has no Close of its own.
 func UpgradeKeys(b driver.Backend, opts ...Option) (*Backend, error) {
 	if b == nil {
-		return nil, fmt.Errorf("%w: nil backend", driver.ErrInvalidOption)
+		return nil, fmt.Errorf("%w: rollout: nil backend", driver.ErrInvalidOption)
 	}
 	return Upgrade(KeyLayoutV1(b), b, opts...)
 }
@@ -138,7 +146,7 @@ func UpgradeKeys(b driver.Backend, opts ...Option) (*Backend, error) {
 // forgets the state in both.
 func Upgrade(from, to driver.Backend, opts ...Option) (*Backend, error) {
 	if from == nil || to == nil {
-		return nil, fmt.Errorf("%w: nil backend", driver.ErrInvalidOption)
+		return nil, fmt.Errorf("%w: rollout: nil backend", driver.ErrInvalidOption)
 	}
 	all, err := NewStaticSource(100, WithStaticGroupID("throttlekit-layout-upgrade"))
 	if err != nil {

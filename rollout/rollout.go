@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -73,28 +74,53 @@ type Backend struct {
 	history    atomic.Pointer[history]
 }
 
-// Option configures a Backend.
-type Option func(*Backend)
+// Option configures a Backend (New, Upgrade, UpgradeKeys).
+type Option interface {
+	apply(*Backend) error
+}
+
+// optionFunc adapts a function to Option.
+type optionFunc func(*Backend) error
+
+func (f optionFunc) apply(b *Backend) error { return f(b) }
 
 // WithMode sets the mode; the default is SplitMode.
-func WithMode(m Mode) Option { return func(b *Backend) { b.mode = m } }
+func WithMode(m Mode) Option {
+	return optionFunc(func(b *Backend) error {
+		if m < SplitMode || m > ShadowMode {
+			return fmt.Errorf("%w: rollout: WithMode(%d): unknown mode", driver.ErrInvalidOption, int(m))
+		}
+		b.mode = m
+		return nil
+	})
+}
 
 // WithDefaultSide sets the backend that serves every identifier while the
 // flag source has no answer yet (its Split returns nil); the default is
 // SideOld.
-func WithDefaultSide(s Side) Option { return func(b *Backend) { b.fallback = s } }
+func WithDefaultSide(s Side) Option {
+	return optionFunc(func(b *Backend) error {
+		if s != SideOld && s != SideNew {
+			return fmt.Errorf("%w: rollout: WithDefaultSide(%d): unknown side", driver.ErrInvalidOption, int(s))
+		}
+		b.fallback = s
+		return nil
+	})
+}
 
 // WithMismatchHandler sets a function called, in ShadowMode, with every
 // decision on which the two backends disagree. It runs on the request path:
 // it must be fast and safe for concurrent use.
-func WithMismatchHandler(f func(Mismatch)) Option { return func(b *Backend) { b.onMismatch = f } }
+func WithMismatchHandler(f func(Mismatch)) Option {
+	return optionFunc(func(b *Backend) error { b.onMismatch = f; return nil })
+}
 
 // WithSecondaryErrorHandler sets a function called with every failure of the
 // secondary backend in MirrorMode and ShadowMode. The error wraps ErrSecondary and the backend's own error.
 // It runs on the request path: it must be fast and safe for concurrent use.
 // Such failures are counted in Stats whether or not a handler is set.
 func WithSecondaryErrorHandler(f func(error)) Option {
-	return func(b *Backend) { b.onSecondary = f }
+	return optionFunc(func(b *Backend) error { b.onSecondary = f; return nil })
 }
 
 // WithSeeding turns seeding on (the default) or off, in split and mirror
@@ -107,12 +133,22 @@ func WithSecondaryErrorHandler(f func(error)) Option {
 // on its new backend in split mode. Seeding needs the
 // serving backend to implement driver.Seeder; without it, decisions go on
 // unseeded and Stats counts them.
-func WithSeeding(on bool) Option { return func(b *Backend) { b.seeding = on } }
+func WithSeeding(on bool) Option {
+	return optionFunc(func(b *Backend) error { b.seeding = on; return nil })
+}
 
 // WithSeedMemory bounds the number of (policy, identifier) pairs a Backend
 // remembers as seeded, DefaultSeedMemory unless set. A pair forgotten
 // early is only looked up again, at the cost of a round trip.
-func WithSeedMemory(entries int) Option { return func(b *Backend) { b.seedMemory = entries } }
+func WithSeedMemory(entries int) Option {
+	return optionFunc(func(b *Backend) error {
+		if entries < 1 {
+			return fmt.Errorf("%w: rollout: WithSeedMemory(%d): fewer than one entry", driver.ErrInvalidOption, entries)
+		}
+		b.seedMemory = entries
+		return nil
+	})
+}
 
 // New returns a Backend that moves identifiers from oldBackend to newBackend
 // as source says. The error wraps driver.ErrInvalidOption.
@@ -120,19 +156,24 @@ func New(oldBackend, newBackend driver.Backend, source FlagSource, opts ...Optio
 	b := &Backend{backends: [2]driver.Backend{oldBackend, newBackend}, source: source,
 		seeding: true, seedMemory: DefaultSeedMemory}
 	for _, opt := range opts {
-		opt(b)
+		if opt == nil {
+			return nil, fmt.Errorf("%w: rollout: nil Option", driver.ErrInvalidOption)
+		}
+		if err := opt.apply(b); err != nil {
+			return nil, err
+		}
 	}
 	switch {
 	case oldBackend == nil || newBackend == nil:
-		return nil, fmt.Errorf("%w: nil backend", driver.ErrInvalidOption)
+		return nil, fmt.Errorf("%w: rollout: nil backend", driver.ErrInvalidOption)
 	case source == nil:
-		return nil, fmt.Errorf("%w: nil flag source", driver.ErrInvalidOption)
+		return nil, fmt.Errorf("%w: rollout: nil flag source", driver.ErrInvalidOption)
 	case b.mode < SplitMode || b.mode > ShadowMode:
-		return nil, fmt.Errorf("%w: unknown mode %d", driver.ErrInvalidOption, int(b.mode))
+		return nil, fmt.Errorf("%w: rollout: unknown mode %d", driver.ErrInvalidOption, int(b.mode))
 	case b.fallback != SideOld && b.fallback != SideNew:
-		return nil, fmt.Errorf("%w: unknown default side %d", driver.ErrInvalidOption, int(b.fallback))
+		return nil, fmt.Errorf("%w: rollout: unknown default side %d", driver.ErrInvalidOption, int(b.fallback))
 	case b.seedMemory < 1:
-		return nil, fmt.Errorf("%w: seed memory of %d entries", driver.ErrInvalidOption, b.seedMemory)
+		return nil, fmt.Errorf("%w: rollout: seed memory of %d entries", driver.ErrInvalidOption, b.seedMemory)
 	}
 	if b.seeding && b.mode != ShadowMode {
 		b.seeds = newSeedMemory(b.seedMemory)
@@ -381,7 +422,7 @@ func (b *Backend) Refund(ctx context.Context, req driver.Request) (driver.Outcom
 	side := b.Side(req.Identifier)
 	rf, ok := b.backends[side].(driver.Refunder)
 	if !ok {
-		return driver.Outcome{}, fmt.Errorf("%w: %s backend cannot refund", errors.ErrUnsupported, side)
+		return driver.Outcome{}, fmt.Errorf("throttlekit: rollout: %w: %s backend cannot refund", errors.ErrUnsupported, side)
 	}
 	out, err := rf.Refund(ctx, req)
 	if err != nil || b.mode == SplitMode {
@@ -408,11 +449,11 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 	for side, backend := range b.backends {
 		rs, ok := backend.(driver.Resetter)
 		if !ok {
-			errs[side] = fmt.Errorf("%w: %s backend cannot reset", errors.ErrUnsupported, Side(side))
+			errs[side] = fmt.Errorf("throttlekit: rollout: %w: %s backend cannot reset", errors.ErrUnsupported, Side(side))
 			continue
 		}
 		if err := rs.Reset(ctx, p, identifier); err != nil {
-			errs[side] = fmt.Errorf("%s backend: %w", Side(side), err)
+			errs[side] = fmt.Errorf("throttlekit: rollout: %s backend: %w", Side(side), err)
 		}
 	}
 	return errors.Join(errs[:]...)
@@ -435,7 +476,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.LeaseRequest) (driver.
 	side := b.route(req.Identifier, req.Now)
 	lr, ok := b.backends[side].(driver.Leaser)
 	if !ok {
-		return driver.LeaseOutcome{}, fmt.Errorf("%w: %s backend has no concurrency leases", errors.ErrUnsupported, side)
+		return driver.LeaseOutcome{}, fmt.Errorf("throttlekit: rollout: %w: %s backend has no concurrency leases", errors.ErrUnsupported, side)
 	}
 	out, err := lr.Acquire(ctx, req)
 	if err != nil || b.mode == SplitMode || !out.Acquired {
@@ -473,7 +514,7 @@ func (b *Backend) Release(ctx context.Context, req driver.LeaseRequest) (driver.
 	side := b.Side(req.Identifier)
 	lr, ok := b.backends[side].(driver.Leaser)
 	if !ok {
-		return driver.LeaseOutcome{}, fmt.Errorf("%w: %s backend has no concurrency leases", errors.ErrUnsupported, side)
+		return driver.LeaseOutcome{}, fmt.Errorf("throttlekit: rollout: %w: %s backend has no concurrency leases", errors.ErrUnsupported, side)
 	}
 	out, err := lr.Release(ctx, req)
 	if err != nil || b.mode == SplitMode && out.Held {
@@ -503,13 +544,13 @@ func (b *Backend) Ping(ctx context.Context) error {
 	for side, backend := range b.backends {
 		if pg, ok := backend.(driver.Pinger); ok {
 			if err := pg.Ping(ctx); err != nil {
-				errs[side] = fmt.Errorf("%s backend: %w", Side(side), err)
+				errs[side] = fmt.Errorf("throttlekit: rollout: %s backend: %w", Side(side), err)
 			}
 		}
 	}
 	if pg, ok := b.source.(driver.Pinger); ok {
 		if err := pg.Ping(ctx); err != nil {
-			errs[2] = fmt.Errorf("flag source: %w", err)
+			errs[2] = fmt.Errorf("throttlekit: rollout: flag source: %w", err)
 		}
 	}
 	return errors.Join(errs[:]...)
@@ -526,11 +567,29 @@ func (b *Backend) Close() error {
 	for side, backend := range b.backends {
 		if c, ok := backend.(driver.Closer); ok {
 			if err := c.Close(); err != nil {
-				errs[side] = fmt.Errorf("%s backend: %w", Side(side), err)
+				errs[side] = fmt.Errorf("throttlekit: rollout: %s backend: %w", Side(side), err)
 			}
 		}
 	}
 	return errors.Join(errs[:]...)
+}
+
+// SetLogger implements driver.LoggerSetter: it passes l to both backends
+// and to the flag source, each that implements driver.LoggerSetter. The
+// Backend logs nothing of its own: secondary failures go to the handler of
+// WithSecondaryErrorHandler.
+func (b *Backend) SetLogger(l *slog.Logger) {
+	if b == nil {
+		return
+	}
+	for _, backend := range b.backends {
+		if ls, ok := backend.(driver.LoggerSetter); ok {
+			ls.SetLogger(l)
+		}
+	}
+	if ls, ok := b.source.(driver.LoggerSetter); ok {
+		ls.SetLogger(l)
+	}
 }
 
 // secondaryFailed counts and reports a failure of the backend of side that
@@ -553,7 +612,8 @@ var (
 	_ driver.Leaser   = (*Backend)(nil)
 	_ driver.Seeder   = (*Backend)(nil)
 
-	_ driver.Nonblocking = (*Backend)(nil)
+	_ driver.Nonblocking  = (*Backend)(nil)
+	_ driver.LoggerSetter = (*Backend)(nil)
 )
 
 // counters are the Backend's statistics. Split mode touches none of them on

@@ -447,7 +447,7 @@ func (b *Backend) Seed(ctx context.Context, req driver.Request, given []driver.S
 	side := b.route(req.Identifier, req.Now)
 	sd, ok := b.backends[side].(driver.Seeder)
 	if !ok {
-		return driver.Outcome{}, fmt.Errorf("%w: %s backend cannot take states", errors.ErrUnsupported, side)
+		return driver.Outcome{}, fmt.Errorf("throttlekit: rollout: %w: %s backend cannot take states", errors.ErrUnsupported, side)
 	}
 	out, err := sd.Seed(ctx, req, given)
 	if err != nil || b.mode != MirrorMode {

@@ -113,7 +113,7 @@ type Split struct {
 // driver.ErrInvalidOption.
 func NewSplit(percent int, groupID string) (*Split, error) {
 	if percent < 0 || percent > 100 {
-		return nil, fmt.Errorf("%w: %d is outside 0..100", driver.ErrInvalidOption, percent)
+		return nil, fmt.Errorf("%w: rollout: %d is outside 0..100", driver.ErrInvalidOption, percent)
 	}
 	return &Split{percent: percent, groupID: groupID}, nil
 }
@@ -180,15 +180,22 @@ type StaticSource struct {
 	split   atomic.Pointer[Split]
 }
 
-// StaticOption configures a StaticSource.
-type StaticOption func(*StaticSource)
+// StaticOption configures a StaticSource (NewStaticSource).
+type StaticOption interface {
+	apply(*StaticSource) error
+}
+
+// staticOptionFunc adapts a function to StaticOption.
+type staticOptionFunc func(*StaticSource) error
+
+func (f staticOptionFunc) apply(s *StaticSource) error { return f(s) }
 
 // WithStaticGroupID sets the group ID identifiers are hashed with; the
 // default is DefaultStaticGroupID. Give it the name (the group ID) of an
 // Unleash toggle to move from a static percentage to that toggle without
 // moving any identifier.
 func WithStaticGroupID(groupID string) StaticOption {
-	return func(s *StaticSource) { s.groupID = groupID }
+	return staticOptionFunc(func(s *StaticSource) error { s.groupID = groupID; return nil })
 }
 
 // NewStaticSource returns a source that sends percent (0 to 100) of
@@ -196,7 +203,12 @@ func WithStaticGroupID(groupID string) StaticOption {
 func NewStaticSource(percent int, opts ...StaticOption) (*StaticSource, error) {
 	s := &StaticSource{groupID: DefaultStaticGroupID}
 	for _, opt := range opts {
-		opt(s)
+		if opt == nil {
+			return nil, fmt.Errorf("%w: rollout: nil StaticOption", driver.ErrInvalidOption)
+		}
+		if err := opt.apply(s); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.Set(percent); err != nil {
 		return nil, err

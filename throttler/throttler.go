@@ -65,6 +65,15 @@ func New(b driver.Backend, opts ...Option) (*Throttler, error) {
 	if logger != nil {
 		t.outages = &outageLog{logger: logger, every: outageLogEvery, quiet: outageQuiet}
 	}
+	if s.loggerSet {
+		// The backend's own lines (store advice, breakers) go where the
+		// throttler's go; without WithLogger it keeps slog.Default().
+		for _, be := range []driver.Backend{b, s.local} {
+			if ls, ok := be.(driver.LoggerSetter); ok {
+				ls.SetLogger(logger)
+			}
+		}
+	}
 	t.name = backendName(b)
 	_, t.wallClock = s.clock.(wallClock)
 	if nb, ok := b.(driver.Nonblocking); ok {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/throttlekit/throttlekit/throttler/driver"
 )
@@ -21,16 +22,28 @@ type Backend struct {
 	br   *Breaker
 }
 
-// Wrap returns b behind a breaker named server. The error wraps
-// driver.ErrInvalidOption for a bad option, or driver.ErrNotInitialized for
-// a nil b.
+// IdleCloser is implemented by a backend that keeps pooled connections,
+// such as memcachedbackend.Backend: CloseIdleConnections closes the
+// connections that are not carrying a call, and later calls dial anew.
+type IdleCloser interface {
+	CloseIdleConnections()
+}
+
+// Wrap returns b behind a breaker named server. When b is an IdleCloser,
+// its idle connections are closed whenever the breaker opens and before
+// each probe (see Breaker.AddDrain), so that the probe after an outage
+// dials a fresh connection. The error wraps driver.ErrInvalidOption for a
+// bad option, or driver.ErrNotInitialized for a nil b.
 func Wrap(b driver.Backend, server string, opts ...Option) (*Backend, error) {
 	if b == nil {
-		return nil, fmt.Errorf("%w: breaker.Wrap of a nil backend", driver.ErrNotInitialized)
+		return nil, fmt.Errorf("%w: breaker: Wrap of a nil backend", driver.ErrNotInitialized)
 	}
 	br, err := New(server, opts...)
 	if err != nil {
 		return nil, err
+	}
+	if ic, ok := b.(IdleCloser); ok {
+		br.AddDrain(ic.CloseIdleConnections)
 	}
 	return &Backend{next: b, br: br}, nil
 }
@@ -62,7 +75,7 @@ func outage(err error) error {
 func guard[T any](b *Backend, call func() (T, error)) (T, error) {
 	if b == nil || b.br == nil {
 		var zero T
-		return zero, fmt.Errorf("%w: breaker.Backend not built by Wrap", driver.ErrNotInitialized)
+		return zero, fmt.Errorf("%w: breaker: Backend not built by Wrap", driver.ErrNotInitialized)
 	}
 	done, err := b.br.Allow()
 	if err != nil {
@@ -97,7 +110,7 @@ func (b *Backend) Refund(ctx context.Context, req driver.Request) (driver.Outcom
 	return guard(b, func() (driver.Outcome, error) {
 		rf, ok := b.next.(driver.Refunder)
 		if !ok {
-			return driver.Outcome{}, fmt.Errorf("%w: wrapped backend cannot refund", errors.ErrUnsupported)
+			return driver.Outcome{}, fmt.Errorf("throttlekit: breaker: %w: wrapped backend cannot refund", errors.ErrUnsupported)
 		}
 		return rf.Refund(ctx, req)
 	})
@@ -115,7 +128,7 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 	_, err := guard(b, func() (struct{}, error) {
 		rs, ok := b.next.(driver.Resetter)
 		if !ok {
-			return struct{}{}, fmt.Errorf("%w: wrapped backend cannot reset", errors.ErrUnsupported)
+			return struct{}{}, fmt.Errorf("throttlekit: breaker: %w: wrapped backend cannot reset", errors.ErrUnsupported)
 		}
 		return struct{}{}, rs.Reset(ctx, p, identifier)
 	})
@@ -129,11 +142,11 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 // outage and never learns it through a probe.
 func (b *Backend) Seed(ctx context.Context, req driver.Request, given []driver.State) (driver.Outcome, error) {
 	if b == nil || b.br == nil {
-		return driver.Outcome{}, fmt.Errorf("%w: breaker.Backend not built by Wrap", driver.ErrNotInitialized)
+		return driver.Outcome{}, fmt.Errorf("%w: breaker: Backend not built by Wrap", driver.ErrNotInitialized)
 	}
 	sd, ok := b.next.(driver.Seeder)
 	if !ok {
-		return driver.Outcome{}, fmt.Errorf("%w: wrapped backend cannot take states", errors.ErrUnsupported)
+		return driver.Outcome{}, fmt.Errorf("throttlekit: breaker: %w: wrapped backend cannot take states", errors.ErrUnsupported)
 	}
 	return guard(b, func() (driver.Outcome, error) { return sd.Seed(ctx, req, given) })
 }
@@ -172,11 +185,11 @@ func (b *Backend) Release(ctx context.Context, req driver.LeaseRequest) (driver.
 
 func (b *Backend) leaser() (driver.Leaser, error) {
 	if b == nil || b.br == nil {
-		return nil, fmt.Errorf("%w: breaker.Backend not built by Wrap", driver.ErrNotInitialized)
+		return nil, fmt.Errorf("%w: breaker: Backend not built by Wrap", driver.ErrNotInitialized)
 	}
 	lr, ok := b.next.(driver.Leaser)
 	if !ok {
-		return nil, fmt.Errorf("%w: wrapped backend has no concurrency leases", errors.ErrUnsupported)
+		return nil, fmt.Errorf("throttlekit: breaker: %w: wrapped backend cannot lease", errors.ErrUnsupported)
 	}
 	return lr, nil
 }
@@ -192,6 +205,19 @@ func (b *Backend) Ping(ctx context.Context) error {
 		return struct{}{}, nil
 	})
 	return err
+}
+
+// SetLogger implements driver.LoggerSetter: the backend's breaker logs to
+// l (nowhere for a nil l) unless Wrap was given WithLogger, which wins; then
+// the wrapped backend gets l when it implements driver.LoggerSetter.
+func (b *Backend) SetLogger(l *slog.Logger) {
+	if b == nil || b.br == nil {
+		return
+	}
+	b.br.cfg.setLogger(l)
+	if ls, ok := b.next.(driver.LoggerSetter); ok {
+		ls.SetLogger(l)
+	}
 }
 
 // Close implements driver.Closer: it closes the wrapped backend when that
@@ -216,5 +242,6 @@ var (
 	_ driver.Leaser   = (*Backend)(nil)
 	_ driver.Seeder   = (*Backend)(nil)
 
-	_ driver.Nonblocking = (*Backend)(nil)
+	_ driver.Nonblocking  = (*Backend)(nil)
+	_ driver.LoggerSetter = (*Backend)(nil)
 )

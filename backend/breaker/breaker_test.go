@@ -55,6 +55,7 @@ func (f *flaky) reached() int {
 func TestOptionsAreChecked(t *testing.T) {
 	for name, opt := range map[string]breaker.Option{
 		"failures": breaker.WithFailures(0),
+		"failing":  breaker.WithFailingFor(-time.Millisecond),
 		"open":     breaker.WithOpenFor(0),
 		"log":      breaker.WithLogEvery(-time.Second),
 		"nil":      nil,
@@ -82,7 +83,7 @@ func TestOpensProbesAndCloses(t *testing.T) {
 	f := &flaky{Backend: memorybackend.New()}
 	var changes []string
 	var mu sync.Mutex
-	b, err := breaker.Wrap(f, "store-1", breaker.WithFailures(3), breaker.WithOpenFor(50*time.Millisecond),
+	b, err := breaker.Wrap(f, "store-1", breaker.WithFailures(3), breaker.WithFailingFor(0), breaker.WithOpenFor(50*time.Millisecond),
 		breaker.WithLogEvery(20*time.Millisecond), breaker.WithLogger(logger),
 		breaker.WithStateChange(func(server string, from, to breaker.State) {
 			mu.Lock()
@@ -154,7 +155,7 @@ func TestOpensProbesAndCloses(t *testing.T) {
 // way.
 func TestOnlyOutagesCount(t *testing.T) {
 	ctx := context.Background()
-	b, err := breaker.Wrap(memorybackend.New(), "m", breaker.WithFailures(1), breaker.WithLogger(nil))
+	b, err := breaker.Wrap(memorybackend.New(), "m", breaker.WithFailures(1), breaker.WithFailingFor(0), breaker.WithLogger(nil))
 	require.NoError(t, err)
 	for range 5 {
 		_, err := b.Decide(ctx, driver.Request{}) // no policy
@@ -164,7 +165,7 @@ func TestOnlyOutagesCount(t *testing.T) {
 
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
-	br, err := breaker.New("c", breaker.WithFailures(1), breaker.WithLogger(nil))
+	br, err := breaker.New("c", breaker.WithFailures(1), breaker.WithFailingFor(0), breaker.WithLogger(nil))
 	require.NoError(t, err)
 	for range 5 {
 		done, err := br.Allow()
@@ -181,7 +182,7 @@ func TestOnlyOutagesCount(t *testing.T) {
 // A Set makes one breaker per server on first use, so that one server's
 // outage leaves the others' calls alone.
 func TestSetIsPerServer(t *testing.T) {
-	s, err := breaker.NewSet(breaker.WithFailures(1), breaker.WithLogger(nil))
+	s, err := breaker.NewSet(breaker.WithFailures(1), breaker.WithFailingFor(0), breaker.WithLogger(nil))
 	require.NoError(t, err)
 	a, b := s.For("10.0.0.1:6379"), s.For("10.0.0.2:6379")
 	assert.Same(t, a, s.For("10.0.0.1:6379"))
@@ -201,7 +202,7 @@ func TestSetIsPerServer(t *testing.T) {
 
 // A rejected call costs no allocation.
 func TestRejectionAllocatesNothing(t *testing.T) {
-	br, err := breaker.New("s", breaker.WithFailures(1), breaker.WithLogger(nil))
+	br, err := breaker.New("s", breaker.WithFailures(1), breaker.WithFailingFor(0), breaker.WithLogger(nil))
 	require.NoError(t, err)
 	done, _ := br.Allow()
 	done(errDown)

@@ -2,14 +2,27 @@
 // so that an unreachable store costs a request microseconds instead of the
 // whole per-call timeout.
 //
-// A [Breaker] counts consecutive failed calls to one server. After
-// [WithFailures] of them (5 by default) it opens: every call is answered at
-// once with an error wrapping [ErrOpen], without touching the network, and
-// the throttler applies the policy's failure mode (open, closed or local).
-// After [WithOpenFor] (500 ms by default) it lets one probe through
-// (half-open); a probe that succeeds closes it, one that fails opens it for
-// another period. A server that comes back is therefore used again within
-// about half a second, on the first request after the period.
+// A [Breaker] counts consecutive failed calls to one server. It opens when
+// both [WithFailures] calls in a row failed (5 by default) and that run of
+// failures has lasted [WithFailingFor] (250 ms by default): a store that
+// answers nothing, not a loaded machine where the calls in flight during a
+// pause all time out at once and the next call succeeds. Open, every call
+// is answered at once with an error wrapping [ErrOpen], without touching the
+// network, and the throttler applies the policy's failure mode (open,
+// closed or local). After [WithOpenFor] (250 ms by default) it lets one
+// probe through (half-open); a probe that succeeds closes it, one that
+// fails opens it for another period. A server that comes back is therefore
+// used again within about a quarter of a second, on the first request after
+// the period.
+//
+// An outage can kill the connections idle in a client's pool without the
+// client noticing (a black hole, a restart behind a NAT); a probe that
+// picked one would fail and keep the returned server out for another
+// period, once per dead connection. So a breaker runs its drains
+// ([Breaker.AddDrain]) when it opens and again just before each probe: the
+// Redis backend marks the server's pooled connections stale, and [Wrap]
+// closes the idle connections of a backend that is an [IdleCloser]
+// (memcached). The probe then always dials a fresh connection.
 //
 // What counts as a failure is the caller's choice: the Redis backend counts
 // network errors and timeouts, not the server's reply errors (a NOSCRIPT or

@@ -64,7 +64,7 @@ func seedPolicy(tb testing.TB) *driver.Policy {
 func TestSeedThroughTheBreaker(t *testing.T) {
 	ctx := context.Background()
 	inner := &seeding{Backend: memorybackend.New()}
-	b, err := breaker.Wrap(inner, "memory", breaker.WithFailures(2), breaker.WithLogger(nil))
+	b, err := breaker.Wrap(inner, "memory", breaker.WithFailures(2), breaker.WithFailingFor(0), breaker.WithLogger(nil))
 	require.NoError(t, err)
 	p := seedPolicy(t)
 	req := driver.Request{Policy: p, Identifier: "u", Cost: 1, Now: testkit.T0}
@@ -103,7 +103,7 @@ func TestSeedUnsupported(t *testing.T) {
 	ctx := context.Background()
 	p := seedPolicy(t)
 	req := driver.Request{Policy: p, Identifier: "u", Cost: 1, Now: testkit.T0}
-	b, err := breaker.Wrap(decideOnly{memorybackend.New()}, "memcached-like", breaker.WithFailures(1), breaker.WithLogger(nil))
+	b, err := breaker.Wrap(decideOnly{memorybackend.New()}, "memcached-like", breaker.WithFailures(1), breaker.WithFailingFor(0), breaker.WithLogger(nil))
 	require.NoError(t, err)
 	for range 3 {
 		_, err = b.Seed(ctx, req, []driver.State{{}})

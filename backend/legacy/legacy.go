@@ -70,7 +70,19 @@ func MatchWindow(window time.Duration) Matcher {
 // Option configures a Memcached or a Redis. An option that does not apply
 // to the backend it is given to makes its constructor fail with
 // driver.ErrInvalidOption.
-type Option func(*options)
+type Option interface {
+	apply(*options) error
+}
+
+// optionFunc adapts a function to Option.
+type optionFunc func(*options) error
+
+func (f optionFunc) apply(o *options) error { return f(o) }
+
+// setOption returns the Option named name that runs f.
+func setOption(name string, f func(*options)) Option {
+	return optionFunc(func(o *options) error { f(o); o.mark(name); return nil })
+}
 
 // options holds what the options set; set records which ones were given,
 // so that a constructor can refuse those that do not apply to it.
@@ -94,7 +106,7 @@ func (o *options) mark(name string) {
 // (policy, identifier) pair: DefaultKey unless set. Give it the naming
 // the hand-written limiter uses, or nothing will ever be found.
 func WithKeyFunc(f KeyFunc) Option {
-	return func(o *options) { o.key = f; o.mark("WithKeyFunc") }
+	return setOption("WithKeyFunc", func(o *options) { o.key = f })
 }
 
 // WithMatcher sets which FixedWindow limit of a policy receives the legacy
@@ -103,13 +115,13 @@ func WithKeyFunc(f KeyFunc) Option {
 // length: the window is reported as the legacy store holds it, however
 // long that limit's own window is.
 func WithMatcher(m Matcher) Option {
-	return func(o *options) { o.match = m; o.mark("WithMatcher") }
+	return setOption("WithMatcher", func(o *options) { o.match = m })
 }
 
 // WithResetMillis reads the memcached reset key as Unix milliseconds
 // instead of Unix seconds. NewMemcached only.
 func WithResetMillis() Option {
-	return func(o *options) { o.resetMillis = true; o.mark("WithResetMillis") }
+	return setOption("WithResetMillis", func(o *options) { o.resetMillis = true })
 }
 
 // WithWindow sets the window the legacy Redis code gives its counters
@@ -119,7 +131,7 @@ func WithResetMillis() Option {
 // MinWindow to MaxWindow, in whole milliseconds. NewRedis only: memcached
 // takes its window as an argument.
 func WithWindow(d time.Duration) Option {
-	return func(o *options) { o.window = d; o.mark("WithWindow") }
+	return setOption("WithWindow", func(o *options) { o.window = d })
 }
 
 // WithNoTTLWindow reads a Redis counter that has no TTL (legacy code whose
@@ -129,7 +141,7 @@ func WithWindow(d time.Duration) Option {
 // from it to one window. d must be MinWindow to MaxWindow, in whole
 // milliseconds. NewRedis only.
 func WithNoTTLWindow(d time.Duration) Option {
-	return func(o *options) { o.noTTL = d; o.mark("WithNoTTLWindow") }
+	return setOption("WithNoTTLWindow", func(o *options) { o.noTTL = d })
 }
 
 // buildOptions applies opts over the defaults and refuses those named in
@@ -138,20 +150,22 @@ func buildOptions(backend string, opts []Option, notFor ...string) (options, err
 	o := options{key: DefaultKey}
 	for _, opt := range opts {
 		if opt == nil {
-			return options{}, fmt.Errorf("%w: legacybackend: nil option", driver.ErrInvalidOption)
+			return options{}, fmt.Errorf("%w: legacy: nil option", driver.ErrInvalidOption)
 		}
-		opt(&o)
+		if err := opt.apply(&o); err != nil {
+			return options{}, err
+		}
 	}
 	for _, name := range notFor {
 		if o.set[name] {
-			return options{}, fmt.Errorf("%w: legacybackend: %s does not apply to %s", driver.ErrInvalidOption, name, backend)
+			return options{}, fmt.Errorf("%w: legacy: %s does not apply to %s", driver.ErrInvalidOption, name, backend)
 		}
 	}
 	switch {
 	case o.key == nil:
-		return options{}, fmt.Errorf("%w: legacybackend: nil key function", driver.ErrInvalidOption)
+		return options{}, fmt.Errorf("%w: legacy: nil key function", driver.ErrInvalidOption)
 	case o.set["WithMatcher"] && o.match == nil:
-		return options{}, fmt.Errorf("%w: legacybackend: nil matcher", driver.ErrInvalidOption)
+		return options{}, fmt.Errorf("%w: legacy: nil matcher", driver.ErrInvalidOption)
 	}
 	if o.set["WithWindow"] {
 		if err := checkWindow("WithWindow", o.window); err != nil {
@@ -169,7 +183,7 @@ func buildOptions(backend string, opts []Option, notFor ...string) (options, err
 // checkWindow refuses a window no limit could have.
 func checkWindow(what string, d time.Duration) error {
 	if d < driver.MinWindow || d > driver.MaxWindow || d%time.Millisecond != 0 {
-		return fmt.Errorf("%w: legacybackend: %s %v: must be %v to %v in whole milliseconds", driver.ErrInvalidOption, what, d, driver.MinWindow, driver.MaxWindow)
+		return fmt.Errorf("%w: legacy: %s %v: must be %v to %v in whole milliseconds", driver.ErrInvalidOption, what, d, driver.MinWindow, driver.MaxWindow)
 	}
 	return nil
 }
@@ -226,14 +240,14 @@ func (r *reader) check(ctx context.Context, req driver.Request) error {
 		return err
 	}
 	if !req.Policy.Valid() {
-		return fmt.Errorf("%w: legacybackend: request without a policy built by NewPolicy", driver.ErrInvalidPolicy)
+		return fmt.Errorf("%w: legacy: request without a policy built by NewPolicy", driver.ErrInvalidPolicy)
 	}
 	return nil
 }
 
 // refuse is Decide's answer to a request that would spend units.
 func (r *reader) refuse(req driver.Request) error {
-	return fmt.Errorf("%w: legacybackend: read-only legacy store (%s): cannot decide a cost of %d; route no identifier to it, only peek",
+	return fmt.Errorf("%w: legacy: read-only legacy store (%s): cannot decide a cost of %d; route no identifier to it, only peek",
 		errors.ErrUnsupported, r.name, req.Cost)
 }
 
@@ -276,7 +290,7 @@ func parseCount(raw string) (int64, bool) {
 // badReply counts and returns an error wrapping driver.ErrBadReply.
 func (r *reader) badReply(format string, args ...any) error {
 	r.stats.malformed.Add(1)
-	return fmt.Errorf("%w: legacybackend: %s: %s", driver.ErrBadReply, r.name, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: legacy: %s: %s", driver.ErrBadReply, r.name, fmt.Sprintf(format, args...))
 }
 
 // await runs f and returns no later than ctx is done. Neither client can
@@ -301,7 +315,7 @@ func await[T any](ctx context.Context, f func() (T, error)) (T, error) {
 	case res := <-done:
 		if res.err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(res.err, ctxErr) {
-				return res.v, fmt.Errorf("%w: %w", ctxErr, res.err)
+				return res.v, fmt.Errorf("throttlekit: legacy: %w: %w", ctxErr, res.err)
 			}
 		}
 		return res.v, res.err

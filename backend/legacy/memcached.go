@@ -36,7 +36,7 @@ var (
 // driver.ErrInvalidOption.
 func NewMemcached(client *memcache.Client, window time.Duration, opts ...Option) (*Memcached, error) {
 	if client == nil {
-		return nil, fmt.Errorf("%w: legacybackend: nil memcached client", driver.ErrInvalidOption)
+		return nil, fmt.Errorf("%w: legacy: nil memcached client", driver.ErrInvalidOption)
 	}
 	if err := checkWindow("window", window); err != nil {
 		return nil, err
@@ -58,7 +58,7 @@ func NewMemcached(client *memcache.Client, window time.Duration, opts ...Option)
 // ready reports a Memcached that NewMemcached did not build.
 func (m *Memcached) ready() error {
 	if m == nil || m.client == nil || m.key == nil || m.match == nil {
-		return fmt.Errorf("%w: legacybackend.Memcached not built by NewMemcached", driver.ErrNotInitialized)
+		return fmt.Errorf("%w: legacy: Memcached not built by NewMemcached", driver.ErrNotInitialized)
 	}
 	return nil
 }
@@ -105,14 +105,14 @@ func (m *Memcached) Peek(ctx context.Context, req driver.Request) (driver.Outcom
 	}
 	resetKey := key + ResetSuffix
 	if err := checkMemcachedKey(resetKey); err != nil {
-		return driver.Outcome{}, fmt.Errorf("%w: legacybackend: key function gave %q for policy %q: %v", driver.ErrInvalidOption, key, req.Policy.Name, err)
+		return driver.Outcome{}, fmt.Errorf("%w: legacy: key function gave %q for policy %q: %v", driver.ErrInvalidOption, key, req.Policy.Name, err)
 	}
 	m.stats.reads.Add(1)
 	items, err := await(ctx, func() (map[string]*memcache.Item, error) {
 		return m.client.GetMulti([]string{key, resetKey})
 	})
 	if err != nil {
-		return driver.Outcome{}, fmt.Errorf("legacybackend: memcached: get %q: %w", key, err)
+		return driver.Outcome{}, fmt.Errorf("throttlekit: legacy: memcached: get %q: %w", key, err)
 	}
 	counter, reset := items[key], items[resetKey]
 	var count, endMs int64
@@ -173,7 +173,7 @@ func (m *Memcached) Ping(ctx context.Context) error {
 		return err
 	}
 	if _, err := await(ctx, func() (struct{}, error) { return struct{}{}, m.client.Ping() }); err != nil {
-		return fmt.Errorf("legacybackend: memcached: ping: %w", err)
+		return fmt.Errorf("throttlekit: legacy: memcached: ping: %w", err)
 	}
 	return nil
 }

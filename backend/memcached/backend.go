@@ -38,7 +38,7 @@ var (
 	// fails is counted in Stats.RollbackFailures); the throttler applies
 	// the policy's failure mode and passes the error, then wrapped in
 	// throttler.ErrBackend, to its Observer. Stats counts it too.
-	ErrRetriesExhausted = errors.New("memcached: compare-and-swap retries exhausted")
+	ErrRetriesExhausted = errors.New("throttlekit: memcached: compare-and-swap retries exhausted")
 )
 
 // Backend is a driver.Backend over memcached. It implements Peeker,
@@ -92,18 +92,29 @@ var (
 	_ driver.Seeder   = (*Backend)(nil)
 )
 
-// Option configures a Backend.
-type Option func(*Backend)
+// Option configures a Backend (New).
+type Option interface {
+	apply(*Backend) error
+}
+
+// optionFunc adapts a function to Option.
+type optionFunc func(*Backend) error
+
+func (f optionFunc) apply(b *Backend) error { return f(b) }
 
 // WithPrefix sets the prefix of every key (DefaultPrefix otherwise). Give
 // each application or test its own to keep their state apart; backends
 // that share state must share the prefix. It is escaped like identifiers
 // and must then be 1 to MaxPrefixLen bytes.
-func WithPrefix(prefix string) Option { return func(b *Backend) { b.prefix = prefix } }
+func WithPrefix(prefix string) Option {
+	return optionFunc(func(b *Backend) error { b.prefix = prefix; return nil })
+}
 
 // WithCASRetries sets how many lost compare-and-swap races a call retries
 // (DefaultCASRetries otherwise); zero means one attempt and no retry.
-func WithCASRetries(n int) Option { return func(b *Backend) { b.casRetries = n } }
+func WithCASRetries(n int) Option {
+	return optionFunc(func(b *Backend) error { b.casRetries = n; return nil })
+}
 
 // New returns a Backend over client. Build the client with NewClient, or
 // with memcache.NewFromSelector over a RendezvousSelector and a Timeout set:
@@ -113,7 +124,12 @@ func WithCASRetries(n int) Option { return func(b *Backend) { b.casRetries = n }
 func New(client *memcache.Client, opts ...Option) (*Backend, error) {
 	b := &Backend{client: client, prefix: DefaultPrefix, casRetries: DefaultCASRetries, wall: time.Now}
 	for _, opt := range opts {
-		opt(b)
+		if opt == nil {
+			return nil, fmt.Errorf("%w: memcached: nil Option", driver.ErrInvalidOption)
+		}
+		if err := opt.apply(b); err != nil {
+			return nil, err
+		}
 	}
 	switch {
 	case client == nil:
@@ -334,7 +350,7 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("memcached: get: %w", err)
+			return fmt.Errorf("throttlekit: memcached: get: %w", err)
 		}
 	}
 	var doomed []string
@@ -356,7 +372,7 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 	for _, key := range doomed {
 		err := c.roundTrip(func() error { return b.client.Delete(key) })
 		if err != nil && !errors.Is(err, memcache.ErrCacheMiss) {
-			return fmt.Errorf("memcached: delete: %w", err)
+			return fmt.Errorf("throttlekit: memcached: delete: %w", err)
 		}
 	}
 	return nil

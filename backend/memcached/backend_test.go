@@ -258,6 +258,9 @@ func TestPingAndConfig(t *testing.T) {
 	assert.ErrorIs(t, err, driver.ErrInvalidOption)
 	_, err = New(client, WithCASRetries(-1))
 	assert.ErrorIs(t, err, driver.ErrInvalidOption)
+	_, err = New(client, nil)
+	assert.ErrorIs(t, err, driver.ErrInvalidOption)
+	assert.ErrorContains(t, err, "memcached: nil Option")
 	_, err = NewClient(0)
 	assert.ErrorIs(t, err, driver.ErrInvalidOption)
 

@@ -122,7 +122,7 @@ func (c *call) snapshot() error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("memcached: get: %w", err)
+		return fmt.Errorf("throttlekit: memcached: get: %w", err)
 	}
 	for i := range c.limits {
 		l := &c.limits[i]
@@ -199,7 +199,7 @@ func (c *call) readCounters() error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("memcached: get counters: %w", err)
+		return fmt.Errorf("throttlekit: memcached: get counters: %w", err)
 	}
 	for i := range c.limits {
 		l := &c.limits[i]
@@ -396,7 +396,7 @@ func (c *call) incrDecr(verb, key string, n int64) (int64, error) {
 		return 0, err
 	}
 	if err != nil {
-		return 0, fmt.Errorf("memcached: %s: %w", verb, err)
+		return 0, fmt.Errorf("throttlekit: memcached: %s: %w", verb, err)
 	}
 	if v > math.MaxInt64 {
 		return 0, fmt.Errorf("%w: %s returned %d", driver.ErrBadReply, verb, v)
@@ -415,7 +415,7 @@ func (c *call) get(key string) (*memcache.Item, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("memcached: get: %w", err)
+		return nil, fmt.Errorf("throttlekit: memcached: get: %w", err)
 	}
 	return it, nil
 }
@@ -471,7 +471,7 @@ func (b *Backend) Ping(ctx context.Context) error {
 	b.stats.roundTrips.Add(1)
 	if err := b.client.Ping(); err != nil {
 		b.afterRoundTrip(err)
-		return fmt.Errorf("memcached: ping: %w", err)
+		return fmt.Errorf("throttlekit: memcached: ping: %w", err)
 	}
 	return nil
 }

@@ -119,7 +119,7 @@ func (c *call) writeCAS(i int, s driver.State) error {
 		return c.b.client.CompareAndSwap(item)
 	})
 	if err != nil {
-		return fmt.Errorf("memcached: write %s state: %w", l.limit.Algorithm, err)
+		return fmt.Errorf("throttlekit: memcached: write %s state: %w", l.limit.Algorithm, err)
 	}
 	l.item, l.state = nil, s
 	return nil

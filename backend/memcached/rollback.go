@@ -178,7 +178,7 @@ func (c *call) retract(u undoStep) error {
 			return nil
 		}
 		if !lostRace(err) {
-			return fmt.Errorf("memcached: retract window: %w", err)
+			return fmt.Errorf("throttlekit: memcached: retract window: %w", err)
 		}
 		c.b.stats.casConflicts.Add(1)
 		if attempt >= c.b.casRetries {

@@ -16,7 +16,7 @@ import (
 // and none of them could be swept. The throttler applies the policy's
 // failure mode to the request that met it; identifiers already held keep
 // exact counts.
-var ErrFull = errors.New("memorybackend: identifier limit reached")
+var ErrFull = errors.New("throttlekit: memory: identifier limit reached")
 
 const (
 	shardCount = 1 << shardBits
@@ -192,8 +192,16 @@ func (ie *idEntry) sweep(cutoff int64) int {
 	return n
 }
 
-// Option configures a Backend.
-type Option func(*Backend)
+// Option configures a Backend (New). The options of this package cannot
+// fail: a value out of range means the default, so that New needs no error.
+type Option interface {
+	apply(*Backend) error
+}
+
+// optionFunc adapts a function to Option.
+type optionFunc func(*Backend) error
+
+func (f optionFunc) apply(b *Backend) error { return f(b) }
 
 // WithSweepClock sets the clock that garbage collection runs on; the
 // default is the wall clock. It never decides anything: requests carry their
@@ -202,7 +210,10 @@ type Option func(*Backend)
 // clock, as a TTL is on a server, so a request whose clock runs far ahead
 // of the others cannot sweep their live state. Tests that move a
 // ManualClock and want sweeps to follow pass it here too.
-func WithSweepClock(c Clock) Option { return func(b *Backend) { b.sweep = c } }
+// A nil c means the wall clock.
+func WithSweepClock(c Clock) Option {
+	return optionFunc(func(b *Backend) error { b.sweep = c; return nil })
+}
 
 // WithMaxIdentifiers bounds how many (policy, identifier) pairs, and
 // (concurrency limit, identifier) pairs holding leases, the backend holds;
@@ -211,15 +222,19 @@ func WithSweepClock(c Clock) Option { return func(b *Backend) { b.sweep = c } }
 // most once per second of the sweep clock); if
 // nothing can be swept, that request fails with ErrFull and its policy's
 // failure mode decides it. Pairs already held are never evicted, so a flood
-// of new identifiers cannot reset anybody's count.
-func WithMaxIdentifiers(n int) Option { return func(b *Backend) { b.max = int64(max(n, 0)) } }
+// of new identifiers cannot reset anybody's count. A negative n means 0.
+func WithMaxIdentifiers(n int) Option {
+	return optionFunc(func(b *Backend) error { b.max = int64(max(n, 0)); return nil })
+}
 
 // New returns an empty Backend.
 func New(opts ...Option) *Backend {
 	b := &Backend{seed: maphash.MakeSeed(), sweep: wallClock{}}
 	b.swept.Store(neverSwept)
 	for _, opt := range opts {
-		opt(b)
+		if opt != nil {
+			_ = opt.apply(b) // cannot fail: see Option
+		}
 	}
 	if b.sweep == nil {
 		b.sweep = wallClock{}
@@ -229,7 +244,7 @@ func New(opts ...Option) *Backend {
 
 func (b *Backend) ready() error {
 	if b == nil || b.sweep == nil {
-		return fmt.Errorf("%w: memorybackend.Backend not built by New", driver.ErrNotInitialized)
+		return fmt.Errorf("%w: memory: Backend not built by New", driver.ErrNotInitialized)
 	}
 	return nil
 }

@@ -55,13 +55,19 @@ const DefaultMaxBatch = 128
 // An auto-pipeliner batches by itself: WithBatching with one is an error
 // wrapping driver.ErrInvalidOption, and by default it runs unbatched.
 func WithBatching(maxBatch int) Option {
-	return func(c *config) { c.batching, c.batchingAsked, c.maxBatch = true, true, maxBatch }
+	return optionFunc(func(c *config) error {
+		if maxBatch < 0 {
+			return fmt.Errorf("%w: WithBatching(%d): negative batch size", driver.ErrInvalidOption, maxBatch)
+		}
+		c.batching, c.batchingAsked, c.maxBatch = true, true, maxBatch
+		return nil
+	})
 }
 
 // WithoutBatching sends every script call in a round trip of its own, as
 // releases before batching was the default did.
 func WithoutBatching() Option {
-	return func(c *config) { c.batching, c.batchingAsked = false, false }
+	return optionFunc(func(c *config) error { c.batching, c.batchingAsked = false, false; return nil })
 }
 
 // pipeliner is a client that can pipeline commands.

@@ -4,6 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -31,9 +37,13 @@ import (
 // an error wrapping driver.ErrInvalidOption.
 //
 // Network errors and timeouts count as failures; every reply of the server,
-// an error reply included, counts as a success.
+// an error reply included, counts as a success. A breaker opens on a run of
+// failures that lasted breaker.DefaultFailingFor, not on a burst (see
+// package breaker). When it opens, and before each probe, the server's
+// pooled connections are marked stale, so the probe after an outage dials
+// afresh instead of meeting a connection the outage killed.
 func WithBreaker(opts ...breaker.Option) Option {
-	return func(c *config) { c.breaker, c.breakerOpts = true, opts }
+	return optionFunc(func(c *config) error { c.breaker, c.breakerOpts = true, opts; return nil })
 }
 
 // Breakers returns the state of every breaker the backend has made so far,
@@ -45,64 +55,216 @@ func (b *Backend) Breakers() []breaker.Status {
 	return b.breakers.Statuses()
 }
 
-// installBreakers adds a breaker hook to c, or to each node c connects to.
+// installBreakers adds a connection hook to c, or to each node c connects
+// to: with set, the server's breaker guards every command (see
+// WithBreaker); with or without it, the hook keeps the client's pool clear
+// of the connections an outage killed (see poolEpoch). With a nil set a
+// client of another type is left alone; with a set it is an error
+// wrapping driver.ErrInvalidOption.
 func installBreakers(c Client, set *breaker.Set) error {
+	var mu sync.Mutex
+	pools := map[*breaker.Breaker]*poolEpoch{}
+	hook := func(addr string) connHook {
+		if set == nil {
+			return connHook{pool: new(poolEpoch)}
+		}
+		// A Cluster may make a new client for a node it knew: the
+		// node's breaker, and so its pool epoch, stay the same.
+		br := set.For(addr)
+		mu.Lock()
+		defer mu.Unlock()
+		p, ok := pools[br]
+		if !ok {
+			p = new(poolEpoch)
+			pools[br] = p
+			br.AddDrain(p.drain)
+		}
+		return connHook{br: br, pool: p}
+	}
 	switch c := c.(type) {
 	case *goredis.ClusterClient:
-		c.OnNewNode(func(node *goredis.Client) { node.AddHook(breakerHook{set.For(node.Options().Addr)}) })
+		c.OnNewNode(func(node *goredis.Client) { node.AddHook(hook(node.Options().Addr)) })
 	case *goredis.Ring:
-		c.OnNewNode(func(node *goredis.Client) { node.AddHook(breakerHook{set.For(node.Options().Addr)}) })
+		c.OnNewNode(func(node *goredis.Client) { node.AddHook(hook(node.Options().Addr)) })
 	case *goredis.Client:
-		c.AddHook(breakerHook{set.For(c.Options().Addr)})
+		c.AddHook(hook(c.Options().Addr))
 	default:
+		if set == nil {
+			return nil
+		}
 		return fmt.Errorf("%w: WithBreaker needs a *goredis.Client, *goredis.ClusterClient or *goredis.Ring, not %T",
 			driver.ErrInvalidOption, c)
 	}
 	return nil
 }
 
-// breakerHook puts one server's breaker in front of the commands sent to
-// it.
-type breakerHook struct{ br *breaker.Breaker }
+// connHook puts one server's breaker, if any, in front of the commands sent
+// to it, and marks its pooled connections stale when a command fails on
+// the network or the breaker opens or probes.
+type connHook struct {
+	br   *breaker.Breaker // nil without WithBreaker
+	pool *poolEpoch
+}
 
-// DialHook implements goredis.Hook; dials are not guarded separately: a
-// failed dial fails the command that needed it.
-func (h breakerHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+// DialHook implements goredis.Hook: every connection is dialed in the
+// pool's current epoch (see poolEpoch). Dials are not guarded by the
+// breaker separately: a failed dial fails the command that needed it.
+//
+// A failed dial is handed to the pool as a connection that fails on first
+// use with the dial's error, not as a dial error: go-redis v9 counts dial
+// errors for the pool's lifetime, never resetting the count on a successful
+// dial, and once they reach PoolSize it stops dialing and answers every
+// caller with the last error until a background retry, a second later,
+// succeeds. Over repeated outages a server that was back then stayed out of
+// use for up to a second (TestRecoveryGroupPrimary). The command that needed
+// the connection fails with the same error either way, and the pool drops
+// the connection at once.
+func (h connHook) DialHook(next goredis.DialHook) goredis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		if err != nil {
+			return failedDial{err: err}, nil
+		}
+		return h.pool.track(conn), nil
+	}
+}
+
+// failedDial is the connection DialHook hands over for a dial that failed:
+// every read and write returns the dial's error.
+type failedDial struct{ err error }
+
+func (f failedDial) Read([]byte) (int, error)         { return 0, f.err }
+func (f failedDial) Write([]byte) (int, error)        { return 0, f.err }
+func (f failedDial) Close() error                     { return nil }
+func (f failedDial) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (f failedDial) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+func (f failedDial) SetDeadline(time.Time) error      { return nil }
+func (f failedDial) SetReadDeadline(time.Time) error  { return nil }
+func (f failedDial) SetWriteDeadline(time.Time) error { return nil }
 
 // ProcessHook implements goredis.Hook.
-func (h breakerHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+func (h connHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
 		if connectionSetup(cmd.Name()) {
 			return next(ctx, cmd)
 		}
-		done, err := h.br.Allow()
-		if err != nil {
-			cmd.SetErr(err)
-			return err
+		var done func(error)
+		if h.br != nil {
+			var err error
+			if done, err = h.br.Allow(); err != nil {
+				cmd.SetErr(err)
+				return err
+			}
 		}
-		err = next(ctx, cmd)
-		done(serverFailure(err))
+		err := next(ctx, cmd)
+		h.finished(done, err)
 		return err
 	}
 }
 
 // ProcessPipelineHook implements goredis.Hook.
-func (h breakerHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+func (h connHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
 		if setupOnly(cmds) {
 			return next(ctx, cmds)
 		}
-		done, err := h.br.Allow()
-		if err != nil {
-			for _, cmd := range cmds {
-				cmd.SetErr(err)
+		var done func(error)
+		if h.br != nil {
+			var err error
+			if done, err = h.br.Allow(); err != nil {
+				for _, cmd := range cmds {
+					cmd.SetErr(err)
+				}
+				return err
 			}
-			return err
 		}
-		err = next(ctx, cmds)
-		done(serverFailure(err))
+		err := next(ctx, cmds)
+		h.finished(done, err)
 		return err
 	}
+}
+
+// finished counts a command's result in the breaker and, when the network
+// failed it, marks the idle connections stale before the breaker can send
+// a probe.
+func (h connHook) finished(done func(error), err error) {
+	failure := serverFailure(err)
+	if failure != nil && !errors.Is(failure, context.Canceled) {
+		h.pool.drain()
+	}
+	if done != nil {
+		done(failure)
+	}
+}
+
+// poolEpoch marks one server's pooled connections stale in one step,
+// without touching the pool: go-redis checks every idle connection before
+// it hands it out (a nonblocking read on its socket, through
+// syscall.Conn), and a connection dialed before the latest drain fails
+// that check, so the pool closes it and takes or dials another. A
+// connection carrying a command is left alone: it is checked when it next
+// leaves the pool. Drains come from the first command that fails on the
+// network (its siblings idle in the pool most likely met the same fate: a
+// restarted server, a black hole, reset connections) and from the breaker,
+// when it opens and before each probe, so that the probe that follows an
+// outage always dials a fresh connection.
+type poolEpoch struct{ epoch atomic.Uint64 }
+
+// errStale is what the health check of a connection dialed before the
+// latest drain meets.
+var errStale = errors.New("throttlekit: connection dialed before the server failed")
+
+// drain marks every connection dialed so far stale.
+func (p *poolEpoch) drain() { p.epoch.Add(1) }
+
+// track wraps conn so that the pool's health check sees it stale after the
+// next drain. A connection without a socket (a TLS connection) cannot be
+// checked by go-redis: it is closed on its first write after a drain
+// instead, which fails that command with an error go-redis retries.
+func (p *poolEpoch) track(conn net.Conn) net.Conn {
+	t := trackedConn{Conn: conn, pool: p, epoch: p.epoch.Load()}
+	if sc, ok := conn.(syscall.Conn); ok {
+		return &trackedSocket{trackedConn: t, sc: sc}
+	}
+	return &t
+}
+
+// trackedConn is a connection with the epoch it was dialed in.
+type trackedConn struct {
+	net.Conn
+	pool  *poolEpoch
+	epoch uint64
+}
+
+func (c *trackedConn) stale() bool { return c.epoch != c.pool.epoch.Load() }
+
+// Write implements net.Conn.
+func (c *trackedConn) Write(b []byte) (int, error) {
+	if c.stale() {
+		_ = c.Conn.Close()
+		return 0, fmt.Errorf("%w: %w", errStale, io.EOF)
+	}
+	return c.Conn.Write(b)
+}
+
+// trackedSocket is a trackedConn over a socket, which go-redis's health
+// check reads.
+type trackedSocket struct {
+	trackedConn
+	sc syscall.Conn
+}
+
+// Write implements net.Conn. A socket is checked by go-redis as it leaves
+// the pool; one made stale while it carries a command keeps it.
+func (c *trackedSocket) Write(b []byte) (int, error) { return c.Conn.Write(b) }
+
+// SyscallConn implements syscall.Conn for go-redis's health check, which
+// a stale connection fails.
+func (c *trackedSocket) SyscallConn() (syscall.RawConn, error) {
+	if c.stale() {
+		return nil, errStale
+	}
+	return c.sc.SyscallConn()
 }
 
 // connectionSetup reports the commands go-redis sends on a new connection

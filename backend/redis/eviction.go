@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // This file holds the check of the server's eviction policy.
@@ -75,7 +77,29 @@ func (b *Backend) warnEviction(ctx context.Context) {
 			return
 		}
 		if w := evictionWarning(policy); w != "" {
-			slog.Default().LogAttrs(ctx, slog.LevelWarn, w, slog.String("maxmemory_policy", policy))
+			b.log().LogAttrs(ctx, slog.LevelWarn, w, slog.String("maxmemory_policy", policy))
 		}
 	})
+}
+
+// SetLogger implements driver.LoggerSetter: the backend's own lines (the
+// eviction-policy warning of the first Ping) go to l, and nowhere for a
+// nil l; before any call they go to slog.Default(). throttler.New calls it
+// with the logger of throttler.WithLogger. The breakers of WithBreaker get
+// it too, when they take one.
+func (b *Backend) SetLogger(l *slog.Logger) {
+	b.logger.Store(driver.LoggerOrDiscard(l))
+	if b.breakers != nil {
+		if ls, ok := any(b.breakers).(driver.LoggerSetter); ok {
+			ls.SetLogger(l)
+		}
+	}
+}
+
+// log returns where the backend's own lines go.
+func (b *Backend) log() *slog.Logger {
+	if l := b.logger.Load(); l != nil {
+		return l
+	}
+	return slog.Default()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/throttlekit/throttlekit/throttler/driver"
 )
@@ -50,10 +51,12 @@ var (
 	_ driver.Peeker   = layout2{}
 	_ driver.Resetter = layout2{}
 	_ driver.Pinger   = layout2{}
+
+	_ driver.LoggerSetter = layout2{}
 )
 
 func (layout2) refuse(what string) error {
-	return fmt.Errorf("%w: the layout-2 view of redisbackend is read-only: it cannot %s", errors.ErrUnsupported, what)
+	return fmt.Errorf("throttlekit: redis: %w: the layout-2 view is read-only: it cannot %s", errors.ErrUnsupported, what)
 }
 
 // Decide implements driver.Backend: it refuses (errors.ErrUnsupported).
@@ -92,6 +95,13 @@ func (v layout2) Reset(ctx context.Context, p *driver.Policy, identifier string)
 
 // Ping implements driver.Pinger: the store's Ping.
 func (v layout2) Ping(ctx context.Context) error { return v.b.Ping(ctx) }
+
+// SetLogger implements driver.LoggerSetter: the store's SetLogger.
+func (v layout2) SetLogger(l *slog.Logger) {
+	if v.b != nil {
+		v.b.SetLogger(l)
+	}
+}
 
 // Fields returns the fields of the layout-3 hash (see Key) that hold l's
 // state, End's first: for a limit of key K, eK and uK, then pK for a

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"reflect"
 	"strings"
@@ -28,14 +29,14 @@ var (
 	// ErrUnexpectedReply reports a reply this package cannot read: the wrong
 	// shape, type or length, as a proxy or an incompatible server might send.
 	// It also matches driver.ErrBadReply.
-	ErrUnexpectedReply = fmt.Errorf("redisbackend: unexpected reply: %w", driver.ErrBadReply)
+	ErrUnexpectedReply = fmt.Errorf("throttlekit: redis: unexpected reply: %w", driver.ErrBadReply)
 
 	// ErrForeignValue reports that a key of this backend holds a value it
 	// did not write: another type (Redis answers WRONGTYPE) or a string not
 	// in the "used:end" format. The script stops before any write, so the
 	// decision changes nothing; the throttler applies the failure mode. It
 	// also matches driver.ErrBadReply.
-	ErrForeignValue = fmt.Errorf("redisbackend: key holds a value this backend did not write: %w", driver.ErrBadReply)
+	ErrForeignValue = fmt.Errorf("throttlekit: redis: key holds a value this backend did not write: %w", driver.ErrBadReply)
 )
 
 // DefaultPrefix starts every key unless WithPrefix says otherwise.
@@ -131,6 +132,8 @@ var (
 	_ driver.Leaser   = (*Backend)(nil)
 	_ driver.Seeder   = (*Backend)(nil)
 
+	_ driver.LoggerSetter = (*Backend)(nil)
+
 	_ Client = (*goredis.Client)(nil)
 	_ Client = (*goredis.ClusterClient)(nil)
 	_ Client = (*goredis.Ring)(nil)
@@ -152,6 +155,9 @@ type Backend struct {
 	graceMs any
 	// evictionOnce guards the eviction-policy check of the first Ping.
 	evictionOnce sync.Once
+	// logger is where the backend's own lines go (SetLogger); nil means
+	// slog.Default().
+	logger atomic.Pointer[slog.Logger]
 	// argsCache maps a *driver.Policy to its limits' script arguments.
 	argsCache  sync.Map
 	argsCached atomic.Int64
@@ -229,8 +235,15 @@ func honoursDeadlines(c Client) bool {
 	return false
 }
 
-// Option configures a Backend.
-type Option func(*config)
+// Option configures a Backend (New).
+type Option interface {
+	apply(*config) error
+}
+
+// optionFunc adapts a function to Option.
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
 	prefix      string
@@ -249,7 +262,15 @@ type config struct {
 // DefaultPrefix. It must not contain '{' or '}' (driver.ErrInvalidOption): the
 // hash tag of a key belongs to the identifier. Give each application its
 // own prefix when several share a Redis.
-func WithPrefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
+func WithPrefix(prefix string) Option {
+	return optionFunc(func(c *config) error {
+		if strings.ContainsAny(prefix, "{}") {
+			return fmt.Errorf("%w: redis: WithPrefix(%q): a brace would move the hash tag off the identifier", driver.ErrInvalidOption, prefix)
+		}
+		c.prefix = prefix
+		return nil
+	})
+}
 
 // WithReadClient sends peeks (Throttler.Peek) to r instead of the main
 // client: a client connected to a replica, a Sentinel client with
@@ -258,7 +279,9 @@ func WithPrefix(prefix string) Option { return func(c *config) { c.prefix = pref
 // replicas accept, and ignore any window that has closed, whatever a lagging
 // replica still holds. Decisions, refunds and resets always go to the main
 // client. A nil r means the main client.
-func WithReadClient(r Client) Option { return func(c *config) { c.reader = r } }
+func WithReadClient(r Client) Option {
+	return optionFunc(func(c *config) error { c.reader = r; return nil })
+}
 
 // WithExpiryGrace sets how long a stored state outlives the moment it stops
 // mattering; the default is DefaultExpiryGrace, and less than a second is
@@ -266,17 +289,30 @@ func WithReadClient(r Client) Option { return func(c *config) { c.reader = r } }
 // decides anything. Raise it above the largest clock difference between
 // the hosts that share this Redis, so that a host whose clock is behind
 // never finds live state expired.
-func WithExpiryGrace(d time.Duration) Option { return func(c *config) { c.grace = d } }
+func WithExpiryGrace(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if d < driver.MinExpiryGrace {
+			return fmt.Errorf("%w: redis: WithExpiryGrace(%v) is below one second", driver.ErrInvalidOption, d)
+		}
+		c.grace = d
+		return nil
+	})
+}
 
 // New returns a Backend over client. See the package documentation for
 // the clients that fit and the keys the backend writes.
 func New(client Client, opts ...Option) (*Backend, error) {
 	if isNil(client) {
-		return nil, fmt.Errorf("%w: nil client", driver.ErrInvalidOption)
+		return nil, fmt.Errorf("%w: redis: nil client", driver.ErrInvalidOption)
 	}
 	cfg := config{prefix: DefaultPrefix, grace: DefaultExpiryGrace, batching: true}
 	for _, opt := range opts {
-		opt(&cfg)
+		if opt == nil {
+			return nil, fmt.Errorf("%w: redis: nil Option", driver.ErrInvalidOption)
+		}
+		if err := opt.apply(&cfg); err != nil {
+			return nil, err
+		}
 	}
 	if strings.ContainsAny(cfg.prefix, "{}") {
 		return nil, fmt.Errorf("%w: key prefix %q holds a brace, which would move the hash tag off the identifier", driver.ErrInvalidOption, cfg.prefix)
@@ -288,7 +324,7 @@ func New(client Client, opts ...Option) (*Backend, error) {
 	b.reader = b.client
 	if cfg.reader != nil {
 		if isNil(cfg.reader) {
-			return nil, fmt.Errorf("%w: nil read client", driver.ErrInvalidOption)
+			return nil, fmt.Errorf("%w: redis: nil read client", driver.ErrInvalidOption)
 		}
 		b.reader, b.ownReader = newConn(cfg.reader), true
 	}
@@ -313,20 +349,25 @@ func New(client Client, opts ...Option) (*Backend, error) {
 			}
 		}
 	}
+	// Every client gets the connection hook: with WithBreaker it carries
+	// the breakers, and without it still marks the idle connections stale
+	// when a command fails on the network, so the pool does not hand out
+	// the connections an outage killed (see Circuit breakers).
+	var set *breaker.Set
 	if cfg.breaker {
-		set, err := breaker.NewSet(cfg.breakerOpts...)
-		if err != nil {
+		var err error
+		if set, err = breaker.NewSet(cfg.breakerOpts...); err != nil {
 			return nil, err
-		}
-		if err := installBreakers(client, set); err != nil {
-			return nil, err
-		}
-		if b.ownReader && cfg.reader != client {
-			if err := installBreakers(cfg.reader, set); err != nil {
-				return nil, err
-			}
 		}
 		b.breakers = set
+	}
+	if err := installBreakers(client, set); err != nil {
+		return nil, err
+	}
+	if b.ownReader && cfg.reader != client {
+		if err := installBreakers(cfg.reader, set); err != nil {
+			return nil, err
+		}
 	}
 	return b, nil
 }
@@ -540,7 +581,7 @@ func (b *Backend) del(ctx context.Context, keys ...string) error {
 // WithReadClient set one, the read client. A cluster client is pinged on
 // every primary, since any of them may hold an identifier's slot. The first
 // Ping that succeeds also reads the server's maxmemory-policy and, unless it
-// is noeviction, logs a warning to slog.Default() (see MaxmemoryPolicy).
+// is noeviction, logs a warning (see MaxmemoryPolicy and SetLogger).
 func (b *Backend) Ping(ctx context.Context) error {
 	if err := b.ready(); err != nil {
 		return err
@@ -551,7 +592,7 @@ func (b *Backend) Ping(ctx context.Context) error {
 	b.warnEviction(ctx)
 	if b.ownReader {
 		if err := ping(ctx, b.reader); err != nil {
-			return fmt.Errorf("read client: %w", err)
+			return fmt.Errorf("throttlekit: redis: read client: %w", err)
 		}
 	}
 	return nil
@@ -765,7 +806,7 @@ func withContextError(ctx context.Context, err error) error {
 		return nil
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
-		return fmt.Errorf("%w: %w", ctxErr, err)
+		return fmt.Errorf("throttlekit: redis: %w: %w", ctxErr, err)
 	}
 	return err
 }
@@ -844,4 +885,4 @@ func parseSeedReply(reply any, n int) (driver.Outcome, error) {
 
 // errNotInitialized is the error of every call on a Backend New did not
 // build (a zero Backend, or a nil *Backend): it has no client to send to.
-var errNotInitialized = fmt.Errorf("%w: redisbackend.Backend not built by New", driver.ErrNotInitialized)
+var errNotInitialized = fmt.Errorf("%w: redis: Backend not built by New", driver.ErrNotInitialized)

@@ -47,7 +47,20 @@ func harnessMaker(newClient func(tb testing.TB) func() (redisbackend.Client, fun
 	}
 }
 
+// TestConformance runs the suite on every way to reach Redis: the default
+// options (batching on) through a plain and a cluster client, which the
+// backend cuts short itself; the auto-pipeliner (unbatched); batching with
+// deadline-honouring clients and breakers; and one call per round trip.
 func TestConformance(t *testing.T) {
+	t.Run("unbatched", func(t *testing.T) {
+		conformance.Run(t, harnessMaker(func(tb testing.TB) func() (redisbackend.Client, func() error) {
+			addr := standalone(tb).primary.Addr()
+			return func() (redisbackend.Client, func() error) {
+				c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
+				return c, c.Close
+			}
+		}, redisbackend.WithoutBatching()))
+	})
 	t.Run("standalone", func(t *testing.T) {
 		conformance.Run(t, harnessMaker(func(tb testing.TB) func() (redisbackend.Client, func() error) {
 			addr := standalone(tb).primary.Addr()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,9 +50,9 @@ type ShardError struct {
 	Err error
 }
 
-// Error returns `sharded: shard "name": op: err`.
+// Error returns `throttlekit: sharded: shard "name": op: err`.
 func (e *ShardError) Error() string {
-	return fmt.Sprintf("sharded: shard %q: %s: %v", e.Shard, e.Op, e.Err)
+	return fmt.Sprintf("throttlekit: sharded: shard %q: %s: %v", e.Shard, e.Op, e.Err)
 }
 
 // Unwrap returns the shard's own error.
@@ -96,11 +97,19 @@ var (
 	_ driver.Leaser   = (*Backend)(nil)
 	_ driver.Seeder   = (*Backend)(nil)
 
-	_ driver.Nonblocking = (*Backend)(nil)
+	_ driver.Nonblocking  = (*Backend)(nil)
+	_ driver.LoggerSetter = (*Backend)(nil)
 )
 
-// Option configures a Backend.
-type Option func(*options)
+// Option configures a Backend (New).
+type Option interface {
+	apply(*options) error
+}
+
+// optionFunc adapts a function to Option.
+type optionFunc func(*options) error
+
+func (f optionFunc) apply(o *options) error { return f(o) }
 
 type options struct {
 	onReplicaError func(error)
@@ -113,7 +122,7 @@ type options struct {
 // default such failures are not reported (a peek that no server answers is
 // reported as the peek's error, as always).
 func WithReplicaErrorHandler(f func(error)) Option {
-	return func(o *options) { o.onReplicaError = f }
+	return optionFunc(func(o *options) error { o.onReplicaError = f; return nil })
 }
 
 // New returns a Backend over shards, which may be any backends: memory,
@@ -122,31 +131,36 @@ func WithReplicaErrorHandler(f func(error)) Option {
 func New(shards []Shard, opts ...Option) (*Backend, error) {
 	var o options
 	for _, opt := range opts {
-		opt(&o)
+		if opt == nil {
+			return nil, fmt.Errorf("%w: sharded: nil Option", driver.ErrInvalidOption)
+		}
+		if err := opt.apply(&o); err != nil {
+			return nil, err
+		}
 	}
 	return newBackend(shards, o)
 }
 
 func newBackend(shards []Shard, o options) (*Backend, error) {
 	if len(shards) == 0 {
-		return nil, fmt.Errorf("%w: no shards", driver.ErrInvalidOption)
+		return nil, fmt.Errorf("%w: sharded: no shards", driver.ErrInvalidOption)
 	}
 	b := &Backend{shards: make([]*shard, len(shards)), onReplicaError: o.onReplicaError}
 	seen := make(map[string]bool, len(shards))
 	for i, s := range shards {
 		if err := CheckName(s.Name); err != nil {
-			return nil, fmt.Errorf("%w: shard %d: %w", driver.ErrInvalidOption, i, err)
+			return nil, fmt.Errorf("%w (shard %d)", err, i)
 		}
 		if seen[s.Name] {
-			return nil, fmt.Errorf("%w: duplicate shard name %q", driver.ErrInvalidOption, s.Name)
+			return nil, fmt.Errorf("%w: sharded: duplicate shard name %q", driver.ErrInvalidOption, s.Name)
 		}
 		seen[s.Name] = true
 		if s.Primary == nil {
-			return nil, fmt.Errorf("%w: shard %q: nil primary", driver.ErrInvalidOption, s.Name)
+			return nil, fmt.Errorf("%w: sharded: shard %q: nil primary", driver.ErrInvalidOption, s.Name)
 		}
 		for j, r := range s.Replicas {
 			if r == nil {
-				return nil, fmt.Errorf("%w: shard %q: replica %d is nil", driver.ErrInvalidOption, s.Name, j)
+				return nil, fmt.Errorf("%w: sharded: shard %q: replica %d is nil", driver.ErrInvalidOption, s.Name, j)
 			}
 		}
 		b.shards[i] = &shard{
@@ -159,20 +173,21 @@ func newBackend(shards []Shard, o options) (*Backend, error) {
 	return b, nil
 }
 
-// CheckName reports whether name may name a shard; the error says why not. The character set keeps
+// CheckName reports whether name may name a shard; the error wraps
+// driver.ErrInvalidOption and says why not. The character set keeps
 // names free of the routing hash's separator and of every delimiter of the
 // configuration string, and makes them safe to print in logs and errors.
 func CheckName(name string) error {
 	if name == "" {
-		return errors.New("empty shard name")
+		return fmt.Errorf("%w: sharded: empty shard name", driver.ErrInvalidOption)
 	}
 	if len(name) > MaxNameLen {
-		return fmt.Errorf("shard name %.16q... is longer than %d bytes", name, MaxNameLen)
+		return fmt.Errorf("%w: sharded: shard name %.16q... is longer than %d bytes", driver.ErrInvalidOption, name, MaxNameLen)
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("shard name %q holds %q: use letters, digits, '.', '_' and '-'", name, c)
+			return fmt.Errorf("%w: sharded: shard name %q holds %q: use letters, digits, '.', '_' and '-'", driver.ErrInvalidOption, name, c)
 		}
 	}
 	return nil
@@ -200,7 +215,7 @@ func (b *Backend) ShardFor(identifier string) string {
 }
 
 // errNoShards is the error of a Backend not built by a constructor.
-var errNoShards = fmt.Errorf("%w: shardedbackend.Backend has no shards (build it with New)", driver.ErrNotInitialized)
+var errNoShards = fmt.Errorf("%w: sharded: Backend has no shards (build it with New)", driver.ErrNotInitialized)
 
 // route returns the shard that owns identifier (see Score), or nil for a
 // zero or nil Backend. Each shard's name hash is precomputed, so routing
@@ -442,7 +457,7 @@ func (b *Backend) lease(ctx context.Context, op string, req driver.LeaseRequest,
 // as reachable. A failing replica fails Ping although peeks still work
 // through the primary: Ping is a health check, and a lost replica needs
 // attention. A Backend no constructor built has no server to ping: its
-// Ping fails, wrapping driver.ErrInvalidOption.
+// Ping fails, wrapping driver.ErrNotInitialized.
 func (b *Backend) Ping(ctx context.Context) error {
 	if b == nil || len(b.shards) == 0 {
 		return errNoShards
@@ -475,6 +490,24 @@ func (b *Backend) Ping(ctx context.Context) error {
 		all = append(all, shardErrs...)
 	}
 	return errors.Join(all...)
+}
+
+// SetLogger implements driver.LoggerSetter: it passes l to every primary
+// and replica that implements driver.LoggerSetter.
+func (b *Backend) SetLogger(l *slog.Logger) {
+	if b == nil {
+		return
+	}
+	for _, s := range b.shards {
+		if ls, ok := s.primary.(driver.LoggerSetter); ok {
+			ls.SetLogger(l)
+		}
+		for _, r := range s.replicas {
+			if ls, ok := r.(driver.LoggerSetter); ok {
+				ls.SetLogger(l)
+			}
+		}
+	}
 }
 
 // Close implements driver.Closer: the Backend owns the backends it shards,

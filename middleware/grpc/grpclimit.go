@@ -112,34 +112,41 @@ func FirstOf(fs ...IdentifierFunc) IdentifierFunc {
 	}
 }
 
-// Option configures a Limiter.
-type Option func(*Limiter) error
+// Option configures a Limiter (New).
+type Option interface {
+	apply(*Limiter) error
+}
+
+// optionFunc adapts a function to Option.
+type optionFunc func(*Limiter) error
+
+func (f optionFunc) apply(l *Limiter) error { return f(l) }
 
 // WithCost sets each call's cost, by method or from the call's context;
 // the default is 1. A cost of 0 checks the limits and sends the metadata
 // without spending anything. A stream's cost is charged once, when it
 // opens.
 func WithCost(cost func(ctx context.Context, fullMethod string) int64) Option {
-	return func(l *Limiter) error {
+	return optionFunc(func(l *Limiter) error {
 		if cost == nil {
 			return fmt.Errorf("%w: WithCost(nil)", throttler.ErrInvalidOption)
 		}
 		l.cost = cost
 		return nil
-	}
+	})
 }
 
 // WithMethods limits only the methods for which limited reports true (for
 // example, everything but /grpc.health.v1.Health/Check); the default limits
 // every method. Full method names are "/package.Service/Method".
 func WithMethods(limited func(fullMethod string) bool) Option {
-	return func(l *Limiter) error {
+	return optionFunc(func(l *Limiter) error {
 		if limited == nil {
 			return fmt.Errorf("%w: WithMethods(nil)", throttler.ErrInvalidOption)
 		}
 		l.limited = limited
 		return nil
-	}
+	})
 }
 
 // WithPolicies chooses the policy each method is decided under, in place
@@ -148,13 +155,13 @@ func WithMethods(limited func(fullMethod string) bool) Option {
 // quota; give a method a policy of its own name for a quota of its own.
 // WithMethods, when also given, is asked first.
 func WithPolicies(policyFor func(fullMethod string) *throttler.Policy) Option {
-	return func(l *Limiter) error {
+	return optionFunc(func(l *Limiter) error {
 		if policyFor == nil {
 			return fmt.Errorf("%w: WithPolicies(nil)", throttler.ErrInvalidOption)
 		}
 		l.policyFor = policyFor
 		return nil
-	}
+	})
 }
 
 // WithHeaderOptions selects which metadata families are sent, as
@@ -162,10 +169,10 @@ func WithPolicies(policyFor func(fullMethod string) *throttler.Policy) Option {
 // policy's name in x-ratelimit-resource, in the IETF fields' list members
 // and in QuotaFailure subjects.
 func WithHeaderOptions(o middleware.HeaderOptions) Option {
-	return func(l *Limiter) error {
+	return optionFunc(func(l *Limiter) error {
 		l.headers = o
 		return nil
-	}
+	})
 }
 
 // Limiter decides gRPC calls with a throttler, each call under the policy
@@ -210,7 +217,7 @@ func New(t *throttler.Throttler, p *throttler.Policy, identify IdentifierFunc, o
 		if o == nil {
 			return nil, fmt.Errorf("%w: grpclimit.New: nil Option", throttler.ErrInvalidOption)
 		}
-		if err := o(l); err != nil {
+		if err := o.apply(l); err != nil {
 			return nil, err
 		}
 	}

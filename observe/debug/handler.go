@@ -35,7 +35,7 @@ func New(opts ...Option) (*Handler, error) {
 		if o == nil {
 			return nil, invalid("nil Option")
 		}
-		if err := o(&c); err != nil {
+		if err := o.apply(&c); err != nil {
 			return nil, err
 		}
 	}
@@ -204,7 +204,7 @@ func (h *Handler) ping(ctx context.Context, pg driver.Pinger) (time.Duration, er
 	go func() {
 		defer func() {
 			if v := recover(); v != nil {
-				done <- answer{time.Since(start), fmt.Errorf("debugpage: ping panicked: %v", v)}
+				done <- answer{time.Since(start), fmt.Errorf("throttlekit: debugpage: ping panicked: %v", v)}
 			}
 		}()
 		err := pg.Ping(ctx)
@@ -214,7 +214,7 @@ func (h *Handler) ping(ctx context.Context, pg driver.Pinger) (time.Duration, er
 	case a := <-done:
 		return a.took, a.err
 	case <-ctx.Done():
-		return time.Since(start), fmt.Errorf("debugpage: no answer to ping within %v: %w", h.cfg.pingTimeout, ctx.Err())
+		return time.Since(start), fmt.Errorf("throttlekit: debugpage: no answer to ping within %v: %w", h.cfg.pingTimeout, ctx.Err())
 	}
 }
 

@@ -72,9 +72,9 @@ func TestPage(t *testing.T) {
 	ctx := context.Background()
 	clock, withClock := testkit.Clock()
 	mem := memorybackend.New()
-	guarded, err := breaker.Wrap(down{}, "10.0.0.9:6379", breaker.WithFailures(2), breaker.WithLogger(nil))
+	guarded, err := breaker.Wrap(down{}, "10.0.0.9:6379", breaker.WithFailures(2), breaker.WithFailingFor(0), breaker.WithLogger(nil))
 	require.NoError(t, err)
-	set, err := breaker.NewSet(breaker.WithFailures(3), breaker.WithLogger(nil))
+	set, err := breaker.NewSet(breaker.WithFailures(3), breaker.WithFailingFor(0), breaker.WithLogger(nil))
 	require.NoError(t, err)
 	for range 3 { // three failures open the breaker of 10.0.0.1
 		done, err := set.For("10.0.0.1:11211").Allow()

@@ -24,7 +24,14 @@ const (
 
 // Option configures a Handler. New reports a bad option as an error
 // wrapping throttler.ErrInvalidOption.
-type Option func(*config) error
+type Option interface {
+	apply(*config) error
+}
+
+// optionFunc adapts a function to Option.
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
 	backends    []namedBackend
@@ -77,36 +84,36 @@ func isNil(v any) bool {
 // breaker.Backend) or Breaker() *breaker.Breaker. A rollout.Backend may be
 // listed too: its ping covers both sides and its flag source.
 func WithBackend(name string, b driver.Backend) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if name == "" || isNil(b) {
 			return invalid("WithBackend needs a name and a non-nil backend")
 		}
 		c.backends = append(c.backends, namedBackend{name, b})
 		return nil
-	}
+	})
 }
 
 // WithBreakers adds a source of breaker states under name, for breakers
 // no listed backend reports itself.
 func WithBreakers(name string, statuses func() []breaker.Status) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if name == "" || statuses == nil {
 			return invalid("WithBreakers needs a name and a function")
 		}
 		c.breakers = append(c.breakers, namedBreakers{name, statuses})
 		return nil
-	}
+	})
 }
 
 // WithBreakerSet shows the breakers of set under name.
 func WithBreakerSet(name string, set *breaker.Set) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if name == "" || set == nil {
 			return invalid("WithBreakerSet needs a name and a non-nil set")
 		}
 		c.breakers = append(c.breakers, namedBreakers{name, set.Statuses})
 		return nil
-	}
+	})
 }
 
 // WithRollout shows a rollout under name: its mode, the split in force
@@ -116,13 +123,13 @@ func WithBreakerSet(name string, set *breaker.Set) Option {
 // LastFetch() time.Time method (unleashflag.Source has one), and more with
 // WithSourceStatus.
 func WithRollout(name string, b *rollout.Backend) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if name == "" || b == nil {
 			return invalid("WithRollout needs a name and a non-nil rollout")
 		}
 		c.rollouts = append(c.rollouts, namedRollout{name: name, b: b})
 		return nil
-	}
+	})
 }
 
 // SourceStatus is what a flag source tells of its freshness, for
@@ -149,7 +156,7 @@ type SourceStatus struct {
 //			Errors: st.Errors, LastError: st.LastError}
 //	})
 func WithSourceStatus(name string, status func() SourceStatus) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if name == "" || status == nil {
 			return invalid("WithSourceStatus needs a rollout name and a function")
 		}
@@ -158,12 +165,12 @@ func WithSourceStatus(name string, status func() SourceStatus) Option {
 		}
 		c.statuses[name] = status
 		return nil
-	}
+	})
 }
 
 // WithPolicies lists policies in use.
 func WithPolicies(policies ...*throttler.Policy) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		for _, p := range policies {
 			if p == nil || p.Name() == "" {
 				return invalid("WithPolicies: a nil or zero policy")
@@ -171,7 +178,7 @@ func WithPolicies(policies ...*throttler.Policy) Option {
 		}
 		c.policies = append(c.policies, policies...)
 		return nil
-	}
+	})
 }
 
 // WithTopK sets how many counters the sketch of the heaviest denied
@@ -180,36 +187,36 @@ func WithPolicies(policies ...*throttler.Policy) Option {
 // larger k tightens the error bound, which is at most the denials seen
 // divided by k.
 func WithTopK(k int) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if k < 1 || k > MaxTopK {
 			return invalid("WithTopK(%d): want 1 to %d", k, MaxTopK)
 		}
 		c.k = k
 		return nil
-	}
+	})
 }
 
 // WithPingTimeout bounds each ping (DefaultPingTimeout unless set). A ping
 // that has not answered by then is shown as failed and the page is served
 // without waiting for it.
 func WithPingTimeout(d time.Duration) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if d <= 0 {
 			return invalid("WithPingTimeout(%v): want > 0", d)
 		}
 		c.pingTimeout = d
 		return nil
-	}
+	})
 }
 
 // WithClock sets the clock the page reads its time and the age of a
 // source's last fetch with (the wall clock unless set).
 func WithClock(clock throttler.Clock) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if isNil(clock) {
 			return invalid("WithClock needs a non-nil clock")
 		}
 		c.clock = clock
 		return nil
-	}
+	})
 }

@@ -76,7 +76,14 @@ const (
 )
 
 // Option configures an Observer.
-type Option func(*config) error
+type Option interface {
+	apply(*config) error
+}
+
+// optionFunc adapts a function to Option.
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
 	mp        metric.MeterProvider
@@ -98,64 +105,64 @@ type namedRollout struct {
 // default is otel.GetMeterProvider() at the time New is called (the global
 // provider, which forwards to one installed later).
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if mp == nil {
 			return fmt.Errorf("%w: WithMeterProvider(nil)", throttler.ErrInvalidOption)
 		}
 		c.mp = mp
 		return nil
-	}
+	})
 }
 
 // WithTracerProvider sets the TracerProvider spans are made with, and turns
 // spans on.
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if tp == nil {
 			return fmt.Errorf("%w: WithTracerProvider(nil)", throttler.ErrInvalidOption)
 		}
 		c.tp, c.spans = tp, true
 		return nil
-	}
+	})
 }
 
 // WithSpans turns spans on or off; they are off by default. Without
 // WithTracerProvider, spans go to otel.GetTracerProvider(). A later option
 // overrides an earlier one.
 func WithSpans(on bool) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		c.spans = on
 		return nil
-	}
+	})
 }
 
 // WithIdentifierAttribute puts the identifier on spans as
 // throttlekit.identifier. It never becomes a metric attribute.
 func WithIdentifierAttribute() Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		c.withID = true
 		return nil
-	}
+	})
 }
 
 // WithNearLimit sets the fraction of a limit's quota under which an allowed
 // decision counts as near the limit; the default is DefaultNearLimit. It
 // must be above 0 and below 1.
 func WithNearLimit(fraction float64) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if !(fraction > 0 && fraction < 1) {
 			return fmt.Errorf("%w: WithNearLimit(%v): want a fraction above 0 and below 1", throttler.ErrInvalidOption, fraction)
 		}
 		c.nearLimit = fraction
 		return nil
-	}
+	})
 }
 
 // WithBuckets sets the bucket boundaries, in seconds, advised for the
 // backend call duration histogram; the default is DefaultBuckets. They
 // must be finite and increasing.
 func WithBuckets(bounds []float64) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if len(bounds) == 0 {
 			return fmt.Errorf("%w: WithBuckets: no buckets", throttler.ErrInvalidOption)
 		}
@@ -166,7 +173,7 @@ func WithBuckets(bounds []float64) Option {
 		}
 		c.buckets = append([]float64(nil), bounds...)
 		return nil
-	}
+	})
 }
 
 // WithBreakers adds a source of circuit-breaker states, read at every
@@ -174,20 +181,20 @@ func WithBuckets(bounds []float64) Option {
 // function of your own. It may be given several times; a server named by
 // two sources is reported once, from the first.
 func WithBreakers(statuses func() []breaker.Status) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if statuses == nil {
 			return fmt.Errorf("%w: WithBreakers(nil)", throttler.ErrInvalidOption)
 		}
 		c.breakers = append(c.breakers, statuses)
 		return nil
-	}
+	})
 }
 
 // WithRollout reports a rollout's split and counters with the attribute
 // throttlekit.rollout.name=name, read at every collection. It may be given
 // several times, with distinct names.
 func WithRollout(name string, b *rollout.Backend) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if name == "" || b == nil {
 			return fmt.Errorf("%w: WithRollout needs a name and a backend", throttler.ErrInvalidOption)
 		}
@@ -198,7 +205,7 @@ func WithRollout(name string, b *rollout.Backend) Option {
 		}
 		c.rollouts = append(c.rollouts, namedRollout{name, b})
 		return nil
-	}
+	})
 }
 
 // Observer records a throttler's decisions and backend calls as
@@ -254,7 +261,7 @@ func New(opts ...Option) (*Observer, error) {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: nil Option", throttler.ErrInvalidOption)
 		}
-		if err := opt(&cfg); err != nil {
+		if err := opt.apply(&cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -281,10 +288,10 @@ func New(opts ...Option) (*Observer, error) {
 	o.errors, errs[3] = meter.Int64Counter("throttlekit.backend.errors", metric.WithUnit("{error}"),
 		metric.WithDescription("Failed backend calls by backend, operation and error.type (timeout, canceled, breaker_open, unreachable, bad_reply, closed, other)."))
 	if err := errors.Join(errs[:]...); err != nil {
-		return nil, fmt.Errorf("otelobserver: %w", err)
+		return nil, fmt.Errorf("throttlekit: otel: %w", err)
 	}
 	if err := o.registerGauges(meter); err != nil {
-		return nil, fmt.Errorf("otelobserver: %w", err)
+		return nil, fmt.Errorf("throttlekit: otel: %w", err)
 	}
 	o.decisionS.Store(&map[decisionKey]*decisionSeries{})
 	o.callS.Store(&map[callKey]*callSeries{})

@@ -25,7 +25,14 @@ const DefaultNearLimit = 0.2
 var DefaultBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
 
 // Option configures a Collector.
-type Option func(*config) error
+type Option interface {
+	apply(*config) error
+}
+
+// optionFunc adapts a function to Option.
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
 	namespace string
@@ -59,32 +66,32 @@ type namedRollout struct {
 
 // WithNamespace replaces the metric names' "throttlekit" prefix.
 func WithNamespace(ns string) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if ns == "" {
 			return fmt.Errorf("%w: WithNamespace(\"\")", throttler.ErrInvalidOption)
 		}
 		c.namespace = ns
 		return nil
-	}
+	})
 }
 
 // WithNearLimit sets the fraction of a limit's quota under which an allowed
 // decision counts as near the limit; the default is DefaultNearLimit. It
 // must be above 0 and below 1.
 func WithNearLimit(fraction float64) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if !(fraction > 0 && fraction < 1) {
 			return fmt.Errorf("%w: WithNearLimit(%v): want a fraction above 0 and below 1", throttler.ErrInvalidOption, fraction)
 		}
 		c.nearLimit = fraction
 		return nil
-	}
+	})
 }
 
 // WithBuckets sets the backend latency histogram's buckets, in seconds;
 // the default is DefaultBuckets. They must be increasing.
 func WithBuckets(buckets []float64) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if len(buckets) == 0 {
 			return fmt.Errorf("%w: WithBuckets: no buckets", throttler.ErrInvalidOption)
 		}
@@ -95,27 +102,27 @@ func WithBuckets(buckets []float64) Option {
 		}
 		c.buckets = append([]float64(nil), buckets...)
 		return nil
-	}
+	})
 }
 
 // WithBreakers adds a source of circuit-breaker states, read at every
 // scrape: redisbackend's Backend.Breakers, breaker.Set's Statuses, or a
 // function of your own. It may be given several times.
 func WithBreakers(statuses func() []breaker.Status) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if statuses == nil {
 			return fmt.Errorf("%w: WithBreakers(nil)", throttler.ErrInvalidOption)
 		}
 		c.breakers = append(c.breakers, statuses)
 		return nil
-	}
+	})
 }
 
 // WithRollout exports a rollout's split and counters under the label
 // rollout=name, read at every scrape. It may be given several times, with
 // distinct names.
 func WithRollout(name string, b *rollout.Backend) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if name == "" || b == nil {
 			return fmt.Errorf("%w: WithRollout needs a name and a backend", throttler.ErrInvalidOption)
 		}
@@ -126,7 +133,7 @@ func WithRollout(name string, b *rollout.Backend) Option {
 		}
 		c.rollouts = append(c.rollouts, namedRollout{name, b})
 		return nil
-	}
+	})
 }
 
 // WithQuotaGauge exports, for each of a few subjects the program names (a
@@ -137,7 +144,7 @@ func WithRollout(name string, b *rollout.Backend) Option {
 // one place an identifier becomes a label: name only a handful, at most
 // MaxQuotaSubjects in all. It may be given several times.
 func WithQuotaGauge(t *throttler.Throttler, p *throttler.Policy, subjects ...string) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if t == nil || p == nil || len(subjects) == 0 {
 			return fmt.Errorf("%w: WithQuotaGauge needs a throttler, a policy and subjects", throttler.ErrInvalidOption)
 		}
@@ -155,7 +162,7 @@ func WithQuotaGauge(t *throttler.Throttler, p *throttler.Policy, subjects ...str
 		}
 		c.quotas = append(c.quotas, quotaGauge{t, p, append([]string(nil), subjects...)})
 		return nil
-	}
+	})
 }
 
 // Collector counts a throttler's decisions and backend calls, and reads
@@ -210,7 +217,7 @@ func New(opts ...Option) (*Collector, error) {
 		if o == nil {
 			return nil, fmt.Errorf("%w: nil Option", throttler.ErrInvalidOption)
 		}
-		if err := o(&cfg); err != nil {
+		if err := o.apply(&cfg); err != nil {
 			return nil, err
 		}
 	}

@@ -97,7 +97,7 @@ func TestScrapeAfterKnownTraffic(t *testing.T) {
 	mem := memorybackend.New()
 
 	down := failing{err: fmt.Errorf("dial tcp 127.0.0.1:1: %w", syscall.ECONNREFUSED)}
-	guarded, err := breaker.Wrap(down, "127.0.0.1:1", breaker.WithFailures(3), breaker.WithLogger(nil))
+	guarded, err := breaker.Wrap(down, "127.0.0.1:1", breaker.WithFailures(3), breaker.WithFailingFor(0), breaker.WithLogger(nil))
 	require.NoError(t, err)
 	src, err := rollout.NewStaticSource(30)
 	require.NoError(t, err)

@@ -23,14 +23,26 @@ type Levels struct {
 // DefaultLevels are the levels New uses.
 var DefaultLevels = Levels{Denied: slog.LevelInfo, Allowed: slog.LevelDebug, Degraded: slog.LevelDebug}
 
-// Option configures an Observer.
-type Option func(*Observer)
+// Option configures an Observer (New). The options of this package cannot
+// fail, so that New needs no error.
+type Option interface {
+	apply(*Observer) error
+}
+
+// optionFunc adapts a function to Option.
+type optionFunc func(*Observer) error
+
+func (f optionFunc) apply(o *Observer) error { return f(o) }
 
 // WithLevels sets the levels lines are logged at.
-func WithLevels(l Levels) Option { return func(o *Observer) { o.levels = l } }
+func WithLevels(l Levels) Option {
+	return optionFunc(func(o *Observer) error { o.levels = l; return nil })
+}
 
 // WithoutIdentifier leaves the identifier out of every line.
-func WithoutIdentifier() Option { return func(o *Observer) { o.noID = true } }
+func WithoutIdentifier() Option {
+	return optionFunc(func(o *Observer) error { o.noID = true; return nil })
+}
 
 // Observer is a throttler.Observer that logs to a slog.Logger. It is safe
 // for concurrent use.
@@ -49,7 +61,7 @@ func New(logger *slog.Logger, opts ...Option) *Observer {
 	o := &Observer{logger: logger, levels: DefaultLevels}
 	for _, opt := range opts {
 		if opt != nil {
-			opt(o)
+			_ = opt.apply(o) // cannot fail: see Option
 		}
 	}
 	return o

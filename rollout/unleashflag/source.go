@@ -26,7 +26,7 @@ import (
 // random stickiness, another group ID, a strategy other than flexibleRollout
 // or default). The Source keeps the last split it had and reports the
 // error.
-var ErrUnsupportedToggle = errors.New("unleashflag: toggle is not a sticky percentage")
+var ErrUnsupportedToggle = errors.New("throttlekit: unleashflag: toggle is not a sticky percentage")
 
 // Source is a rollout.FlagSource read from an Unleash toggle through the
 // official Go client (github.com/Unleash/unleash-client-go/v4). The toggle's
@@ -88,6 +88,17 @@ type Source struct {
 	lastErr    atomic.Pointer[error]
 	lastSplit  atomic.Int64 // Unix nanoseconds of the last published split
 	lastAnswer atomic.Int64 // Unix nanoseconds of the last answered fetch
+	// fetchStart and fetchEnd are when the latest fetch started and when
+	// the latest one ended (Unix nanoseconds); interval is the time between
+	// the starts of the two latest fetches of which the first took less
+	// than half of it: the refresh interval as the source sees it, which a
+	// slow fetch (and the client's ticker catching up after it) leaves
+	// alone.
+	fetchStart atomic.Int64
+	fetchEnd   atomic.Int64
+	interval   atomic.Int64
+	staleAfter time.Duration // WithStaleAfter; 0 for the default
+	created    time.Time
 	closeOnce  sync.Once
 
 	// fetch is the state of the latest request for the toggles, recorded
@@ -110,8 +121,15 @@ type fetchResult struct {
 // http.DefaultClient, waits for ever on a server that hangs.
 const DefaultHTTPTimeout = 10 * time.Second
 
-// Option configures a Source.
-type Option func(*config)
+// Option configures a Source (New).
+type Option interface {
+	apply(*config) error
+}
+
+// optionFunc adapts a function to Option.
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
 	groupID    string
@@ -125,6 +143,30 @@ type config struct {
 	usage      bool
 	token      string
 	headers    http.Header
+	staleAfter time.Duration
+}
+
+// Bounds of Ping's staleness check: see WithStaleAfter.
+const (
+	// StaleIntervals is how many refresh intervals without an answer make
+	// Ping report the server, unless WithStaleAfter says otherwise.
+	StaleIntervals = 3
+	// DefaultRefreshInterval is the Unleash client's own refresh interval,
+	// which the default bound counts in until the source has seen two
+	// fetches start.
+	DefaultRefreshInterval = 15 * time.Second
+)
+
+// WithStaleAfter sets how long the server may go without answering a fetch
+// of the toggles before Ping reports it, whether the fetch in flight has
+// failed yet or not: a hung server holds a fetch until the HTTP client's
+// timeout (DefaultHTTPTimeout), longer than a health check should wait to
+// learn of it. The default is StaleIntervals refresh intervals, as the
+// source sees them (the time between the starts of the last two fetches;
+// DefaultRefreshInterval before it has seen two). d must not be negative;
+// 0 keeps the default.
+func WithStaleAfter(d time.Duration) Option {
+	return optionFunc(func(c *config) error { c.staleAfter = d; return nil })
 }
 
 // WithServer names the Unleash server and this application: apiURL is the
@@ -135,13 +177,13 @@ type config struct {
 // /api, which the client would accept and then only ever get 404s from.
 // These override unleash.WithUrl and unleash.WithAppName.
 func WithServer(apiURL, appName string) Option {
-	return func(c *config) { c.url, c.appName, c.serverSet = apiURL, appName, true }
+	return optionFunc(func(c *config) error { c.url, c.appName, c.serverSet = apiURL, appName, true; return nil })
 }
 
 // WithToken sets the client API token the Unleash server expects in the
 // Authorization header.
 func WithToken(token string) Option {
-	return func(c *config) { c.token = token }
+	return optionFunc(func(c *config) error { c.token = token; return nil })
 }
 
 // WithHeaders sets headers sent with every request to the Unleash server
@@ -150,7 +192,7 @@ func WithToken(token string) Option {
 // header map it is handed, so one map passed to two clients with
 // unleash.WithCustomHeaders is a data race, which these options avoid.
 func WithHeaders(h http.Header) Option {
-	return func(c *config) { c.headers = h.Clone() }
+	return optionFunc(func(c *config) error { c.headers = h.Clone(); return nil })
 }
 
 // WithHTTPClient sets the HTTP client the Unleash client uses (one with a
@@ -158,7 +200,7 @@ func WithHeaders(h http.Header) Option {
 // transport to see every answer to a fetch, for Ping; pass the HTTP client
 // here rather than with unleash.WithHttpClient, which this overrides.
 func WithHTTPClient(c *http.Client) Option {
-	return func(cfg *config) { cfg.httpClient = c }
+	return optionFunc(func(cfg *config) error { cfg.httpClient = c; return nil })
 }
 
 // WithWaitForFirstFetch makes New wait, up to timeout, for the first answer
@@ -170,7 +212,7 @@ func WithHTTPClient(c *http.Client) Option {
 // the error. Without this option New returns at once and the first fetch
 // happens in the background.
 func WithWaitForFirstFetch(timeout time.Duration) Option {
-	return func(c *config) { c.wait = timeout }
+	return optionFunc(func(c *config) error { c.wait = timeout; return nil })
 }
 
 // WithUsageMetrics reports the toggle's use to Unleash, so that the toggle
@@ -180,7 +222,7 @@ func WithWaitForFirstFetch(timeout time.Duration) Option {
 // UsageInterval off that path, and the client sends its usual metrics
 // (registration at start, counts every metrics interval).
 func WithUsageMetrics() Option {
-	return func(c *config) { c.usage = true }
+	return optionFunc(func(c *config) error { c.usage = true; return nil })
 }
 
 // UsageInterval is how often a source with WithUsageMetrics evaluates its
@@ -192,11 +234,11 @@ var (
 	// ErrRefused reports that the server answered a fetch of the toggles
 	// with 401, 403 or 404: a token it refuses, or a URL that is not its
 	// API root. The client backs off to its longest interval after one.
-	ErrRefused = errors.New("unleashflag: unleash server refused the client")
+	ErrRefused = errors.New("throttlekit: unleashflag: unleash server refused the client")
 	// ErrNotReady reports a source that has had no answer from its server:
 	// not yet (WithWaitForFirstFetch timed out), or not at its latest
 	// attempt (Ping).
-	ErrNotReady = errors.New("unleashflag: no answer from the unleash server")
+	ErrNotReady = errors.New("throttlekit: unleashflag: no answer from the unleash server")
 )
 
 // WithClientOptions passes options to the Unleash client, usually
@@ -212,13 +254,13 @@ var (
 // listener (unleash.WithListener); those cannot be overridden here. Use
 // WithErrorHandler to see the client's errors.
 func WithClientOptions(opts ...unleash.ConfigOption) Option {
-	return func(c *config) { c.client = append(c.client, opts...) }
+	return optionFunc(func(c *config) error { c.client = append(c.client, opts...); return nil })
 }
 
 // WithGroupID pins the group ID the toggle's flexibleRollout
 // strategies must carry; the default is the feature name.
 func WithGroupID(groupID string) Option {
-	return func(c *config) { c.groupID = groupID }
+	return optionFunc(func(c *config) error { c.groupID = groupID; return nil })
 }
 
 // WithErrorHandler sets a function called with the client's errors
@@ -227,7 +269,7 @@ func WithGroupID(groupID string) Option {
 // while the client holds its repository lock, so the function must not
 // block or call the client.
 func WithErrorHandler(f func(error)) Option {
-	return func(c *config) { c.onError = f }
+	return optionFunc(func(c *config) error { c.onError = f; return nil })
 }
 
 // New checks its options, starts an Unleash client and returns a source
@@ -243,15 +285,18 @@ func New(feature string, opts ...Option) (*Source, error) {
 	cfg := config{groupID: feature}
 	for _, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("%w: nil unleashflag option", driver.ErrInvalidOption)
+			return nil, fmt.Errorf("%w: unleashflag: nil Option", driver.ErrInvalidOption)
 		}
-		opt(&cfg)
+		if err := opt.apply(&cfg); err != nil {
+			return nil, err
+		}
 	}
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
 	s := &Source{feature: feature, groupID: cfg.groupID, onError: cfg.onError,
-		firstFetch: make(chan struct{}), stop: make(chan struct{})}
+		firstFetch: make(chan struct{}), stop: make(chan struct{}),
+		staleAfter: cfg.staleAfter, created: time.Now()}
 	hc := &http.Client{Timeout: DefaultHTTPTimeout}
 	if cfg.httpClient != nil {
 		c := *cfg.httpClient
@@ -288,7 +333,7 @@ func New(feature string, opts ...Option) (*Source, error) {
 	if err != nil {
 		// Not reached with checked options: the client fails only on a
 		// missing URL or application name, or a URL it cannot parse.
-		return nil, fmt.Errorf("unleashflag: unleash client: %w", err)
+		return nil, fmt.Errorf("throttlekit: unleashflag: unleash client: %w", err)
 	}
 	s.client = client
 	if cfg.wait > 0 {
@@ -313,6 +358,9 @@ func (c *config) check() error {
 	}
 	if c.wait < 0 {
 		return fmt.Errorf("%w: WithWaitForFirstFetch(%v) is negative", driver.ErrInvalidOption, c.wait)
+	}
+	if c.staleAfter < 0 {
+		return fmt.Errorf("%w: WithStaleAfter(%v) is negative", driver.ErrInvalidOption, c.staleAfter)
 	}
 	u, err := url.Parse(c.url)
 	if err != nil {
@@ -375,14 +423,40 @@ func (s *Source) fetchError() error {
 }
 
 // Ping reports the source's health, for health checks and rollout.Backend's
-// Ping: nil when the latest fetch of the toggles was answered (200 or 304),
-// an error wrapping ErrRefused or ErrNotReady otherwise. The split in force
-// stays whatever it was (see Split). The error never holds the token.
+// Ping: nil when the latest fetch of the toggles was answered (200 or 304)
+// and the server has answered one within the stale bound (WithStaleAfter:
+// by default StaleIntervals refresh intervals); otherwise an error wrapping
+// ErrRefused or ErrNotReady. A server that hangs is therefore reported
+// within the bound, while the fetch in flight still waits for its answer.
+// The split in force stays whatever it was (see Split). The error never
+// holds the token.
 func (s *Source) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.fetchError()
+	if err := s.fetchError(); err != nil {
+		return err
+	}
+	bound := s.StaleBound()
+	if silent := time.Since(s.LastFetch()); silent > bound {
+		return fmt.Errorf("%w: no answer for %v, more than %v (a fetch is in flight since %s)", ErrNotReady,
+			silent.Round(time.Millisecond), bound, time.Unix(0, s.fetchStart.Load()).Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// StaleBound returns how long the server may go without answering before
+// Ping reports it: WithStaleAfter's, or StaleIntervals refresh intervals as
+// the source has seen them.
+func (s *Source) StaleBound() time.Duration {
+	if s.staleAfter > 0 {
+		return s.staleAfter
+	}
+	iv := time.Duration(s.interval.Load())
+	if iv <= 0 {
+		iv = DefaultRefreshInterval
+	}
+	return StaleIntervals * iv
 }
 
 // reportUsage evaluates the toggle every UsageInterval, off the request
@@ -409,8 +483,18 @@ type recorder struct {
 
 // RoundTrip implements http.RoundTripper.
 func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	fetch := strings.HasSuffix(req.URL.Path, "/client/features")
+	if fetch {
+		s := r.source
+		now := time.Now().UnixNano()
+		prevStart, prevEnd := s.fetchStart.Swap(now), s.fetchEnd.Load()
+		if gap := now - prevStart; prevStart != 0 && prevEnd >= prevStart && prevEnd-prevStart < gap/2 {
+			s.interval.Store(gap)
+		}
+	}
 	resp, err := r.base.RoundTrip(req)
-	if strings.HasSuffix(req.URL.Path, "/client/features") {
+	if fetch {
+		r.source.fetchEnd.Store(time.Now().UnixNano())
 		f := &fetchResult{at: time.Now()}
 		if err != nil {
 			f.err = errors.New("no answer (" + redactedCause(err) + ")")
@@ -638,7 +722,7 @@ type listener struct{ source *Source }
 
 func (l listener) OnError(err error) {
 	l.source.errs.Add(1)
-	l.source.report(fmt.Errorf("unleashflag: unleash client: %w", err))
+	l.source.report(fmt.Errorf("throttlekit: unleashflag: unleash client: %w", err))
 }
 
 func (l listener) OnWarning(error) {}

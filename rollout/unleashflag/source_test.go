@@ -407,7 +407,7 @@ func TestNewUnleashSourceErrors(t *testing.T) {
 		"scheme":      {"f", []Option{WithServer("ftp://127.0.0.1:1/api", "app")}, "scheme"},
 		"no host":     {"f", []Option{WithServer("http:///api", "app")}, "no host"},
 		"unparsable":  {"f", []Option{WithServer("http://u:s3cret@[::1/api", "app")}, "does not parse"},
-		"nil option":  {"f", []Option{nil}, "nil"},
+		"nil option":  {"f", []Option{nil}, "throttlekit: invalid option: unleashflag: nil Option"},
 		"wait":        {"f", []Option{WithServer("http://127.0.0.1:1/api", "app"), WithWaitForFirstFetch(-1)}, "negative"},
 	} {
 		_, err := New(tc.feature, tc.opts...)

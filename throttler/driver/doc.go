@@ -26,10 +26,12 @@
 // # Capabilities
 //
 // Backend has one method. Peeker, Refunder, Resetter, Pinger, Taker,
-// Seeder, Nonblocking, Closer and Leaser are optional, found by type
-// assertion; each documents what the throttler does when it is missing
-// (PeekWith and TakeWith are Peeker's and Taker's fallbacks, for
-// decorators too).
+// Seeder, Nonblocking, Closer, Leaser and LoggerSetter are optional, found
+// by type assertion; each documents what the throttler does when it is
+// missing (PeekWith and TakeWith are Peeker's and Taker's fallbacks, for
+// decorators too). A decorator implements each one its inner stores do
+// and passes it on: LoggerSetter gives every store the one logger of
+// throttler.WithLogger.
 //
 // # Moving state between stores
 //

@@ -292,7 +292,7 @@ func checkLayout(groups []Config, fromString bool) error {
 				return fmt.Errorf("%w: %s: the group name must be 1 to %d ASCII letters, digits, '.', '_' or '-'",
 					driver.ErrInvalidOption, label(i), shardedbackend.MaxNameLen)
 			}
-			return fmt.Errorf("%w: group %d: %w", driver.ErrInvalidOption, i, err)
+			return fmt.Errorf("%w (group %d)", err, i)
 		}
 		if prev, dup := names[g.Name]; dup {
 			if !fromString {

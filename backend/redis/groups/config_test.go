@@ -289,7 +289,7 @@ func TestNewRedisChecksLayoutsFromCode(t *testing.T) {
 	t.Run("bad redis option", func(t *testing.T) {
 		b, err := New([]Config{{Name: "a", Primary: opt("h1:1")}}, WithBackendOptions(redisbackend.WithPrefix("{bad}")))
 		require.ErrorIs(t, err, driver.ErrInvalidOption)
-		assert.Contains(t, err.Error(), "prefix")
+		assert.Contains(t, err.Error(), "WithPrefix")
 		assert.Contains(t, err.Error(), `group "a" primary`)
 		assert.Nil(t, b)
 	})

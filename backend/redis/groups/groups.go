@@ -12,7 +12,14 @@ import (
 )
 
 // Option configures New and Open.
-type Option func(*options)
+type Option interface {
+	apply(*options) error
+}
+
+// optionFunc adapts a function to Option.
+type optionFunc func(*options) error
+
+func (f optionFunc) apply(o *options) error { return f(o) }
 
 type options struct {
 	backend []redisbackend.Option
@@ -25,13 +32,13 @@ type options struct {
 // breaker of its own, so that one group's outage costs the others
 // nothing).
 func WithBackendOptions(opts ...redisbackend.Option) Option {
-	return func(o *options) { o.backend = append(o.backend, opts...) }
+	return optionFunc(func(o *options) error { o.backend = append(o.backend, opts...); return nil })
 }
 
 // WithShardedOptions passes opts to the shardedbackend.New that routes over
 // the groups, such as shardedbackend.WithReplicaErrorHandler.
 func WithShardedOptions(opts ...shardedbackend.Option) Option {
-	return func(o *options) { o.sharded = append(o.sharded, opts...) }
+	return optionFunc(func(o *options) error { o.sharded = append(o.sharded, opts...); return nil })
 }
 
 // New returns a sharded backend over Redis groups: for each group, a
@@ -61,9 +68,11 @@ func newGroups(groups []Config, fromString bool, opts []Option) (*shardedbackend
 	var o options
 	for _, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("%w: nil Option", driver.ErrInvalidOption)
+			return nil, fmt.Errorf("%w: redisgroups: nil Option", driver.ErrInvalidOption)
 		}
-		opt(&o)
+		if err := opt.apply(&o); err != nil {
+			return nil, err
+		}
 	}
 	var made []*ownedBackend
 	fail := func(err error) (*shardedbackend.Backend, error) {
