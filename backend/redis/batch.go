@@ -190,6 +190,17 @@ func (bt *batcher) run(ctx context.Context, script *goredis.Script, readOnly boo
 		p.release()
 		return reply, err
 	case <-ctx.Done():
+		select {
+		case <-p.done:
+			// The reply came as the deadline passed (a goroutine
+			// scheduled late on a busy machine finds both ready, and
+			// select picks either): the store decided, so the decision
+			// stands.
+			reply, err := p.reply, withContextError(ctx, p.err)
+			p.release()
+			return reply, err
+		default:
+		}
 		if p.state.CompareAndSwap(callQueued, callAbandoned) {
 			// Never sent: the sender skips it and never touches it again.
 			err := ctx.Err()

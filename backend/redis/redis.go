@@ -793,7 +793,12 @@ func await[T any](ctx context.Context, c conn, f func() (T, error)) (T, error) {
 	case r := <-done:
 		return r.v, withContextError(ctx, r.err)
 	case <-ctx.Done():
-		return zero, ctx.Err()
+		select {
+		case r := <-done: // answered as the deadline passed
+			return r.v, withContextError(ctx, r.err)
+		default:
+			return zero, ctx.Err()
+		}
 	}
 }
 

@@ -249,7 +249,11 @@ func (a *sideCounts) add(b sideCounts) {
 type clientPhase struct {
 	sides  [2]sideCounts
 	errors int64
-	// last is the side and store of the last response in the phase.
+	// seen says the client had a response in the phase to a request sent
+	// in it; lastSide and lastStore are the side and store of the last
+	// such response. A request sent before the phase began may have been
+	// decided on the split before, so its response counts in the phase's
+	// figures but not in its shares.
 	seen      bool
 	lastSide  rollout.Side
 	lastStore string
@@ -276,6 +280,11 @@ type client struct {
 	// of each limit; only the driver uses them.
 	prev    *observation
 	windows map[string]*windowSeen
+	// mirrored is the phase in which the client received the response to
+	// its first request sent after the deploy, -1 until then. From the
+	// next phase on, a mirror holds its identifier on both stores, and no
+	// write of it should find the other store apart.
+	mirrored int
 }
 
 // load is the load generator: one client per identifier, over real HTTP.
@@ -286,8 +295,10 @@ type load struct {
 	clients   []*client
 	// phase is the index records go to; the extra last slot takes what
 	// arrives after the run's end.
-	phase   atomic.Int32
-	samples errorSamples
+	phase atomic.Int32
+	// deployed is set once requests reach the rollout.
+	deployed atomic.Bool
+	samples  errorSamples
 	// evidence keeps the first responses that broke an invariant.
 	evidence errorSamples
 }
@@ -322,6 +333,7 @@ func newLoad(cfg Config, url string, phases int, stagger time.Duration, legacy f
 			interval: time.Duration(float64(time.Second) / rate),
 			start:    time.Duration(float64(stagger) * float64(i) / float64(n)),
 			phases:   make([]clientPhase, phases+1),
+			mirrored: -1,
 		})
 	}
 	return l
@@ -387,10 +399,11 @@ func (l *load) drive(ctx context.Context, c *client, seed uint64, maxRequests in
 func (l *load) send(ctx context.Context, c *client) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.url, nil)
 	if err != nil {
-		l.record(ctx, c, observation{}, err)
+		l.record(ctx, c, sending{}, observation{}, err)
 		return
 	}
 	req.Header.Set(tokenHeader, "token "+c.token)
+	sent := sending{phase: l.phase.Load(), deployed: l.deployed.Load()}
 	resp, err := l.http.Do(req)
 	received := time.Now()
 	var obs observation
@@ -399,18 +412,25 @@ func (l *load) send(ctx context.Context, c *client) {
 		_ = resp.Body.Close()
 		obs, err = readObservation(resp.StatusCode, resp.Header, received)
 	}
-	l.record(ctx, c, obs, err)
+	l.record(ctx, c, sent, obs, err)
+}
+
+// sending is what a request's sender knew when it sent it.
+type sending struct {
+	phase    int32 // the phase records went to
+	deployed bool  // whether requests reached the rollout
 }
 
 // record adds one response, or the failure to get one, to the current
 // phase of c. Failures caused by the run's end are not failures.
-func (l *load) record(ctx context.Context, c *client, obs observation, err error) {
+func (l *load) record(ctx context.Context, c *client, sent sending, obs observation, err error) {
 	if ctx.Err() != nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	p := &c.phases[l.phase.Load()]
+	phase := l.phase.Load()
+	p := &c.phases[phase]
 	if err != nil {
 		p.errors++
 		l.samples.add(err)
@@ -425,7 +445,12 @@ func (l *load) record(ctx context.Context, c *client, obs observation, err error
 	} else {
 		s.denied++
 	}
-	p.seen, p.lastSide, p.lastStore = true, obs.side, obs.store
+	if sent.phase == phase {
+		p.seen, p.lastSide, p.lastStore = true, obs.side, obs.store
+	}
+	if sent.deployed && c.mirrored < 0 {
+		c.mirrored = int(phase)
+	}
 	if obs.degraded {
 		s.degraded++
 		return
@@ -483,12 +508,16 @@ type phaseTotals struct {
 	sides  [2]sideCounts
 	errors int64
 	// ids counts identifiers by the side of their last response in the
-	// phase; stores by its store, which storeSides puts on its side; active
-	// is the identifiers that had any.
+	// phase (to a request sent in it); stores by its store, which
+	// storeSides puts on its side; active is the identifiers that had any.
 	ids        [2]int
 	stores     map[string]int
 	storeSides map[string]rollout.Side
 	active     int
+	// unmirrored counts the clients that had no response to a request
+	// sent after the deploy before the phase began: the identifiers whose
+	// first mirrored write may fall in the phase.
+	unmirrored int
 }
 
 func (t phaseTotals) all() sideCounts {
@@ -503,11 +532,14 @@ func (l *load) collect(i int) phaseTotals {
 	t := phaseTotals{stores: map[string]int{}, storeSides: map[string]rollout.Side{}}
 	for _, c := range l.clients {
 		c.mu.Lock()
-		p := c.phases[i]
+		p, mirrored := c.phases[i], c.mirrored
 		c.mu.Unlock()
 		t.sides[0].add(p.sides[0])
 		t.sides[1].add(p.sides[1])
 		t.errors += p.errors
+		if mirrored < 0 || mirrored >= i {
+			t.unmirrored++
+		}
 		if p.seen {
 			t.active++
 			t.ids[p.lastSide]++

@@ -451,7 +451,7 @@ func TestJudgeMode(t *testing.T) {
 
 	// In mirror mode a shortfall or a failed write on the other store fails
 	// the run, whether or not a client checked the window it broke; so do
-	// writes that find the stores apart after the rollout's first phase.
+	// writes that find the stores apart for an identifier already mirrored.
 	torn := good(2, 50, 53)
 	torn.stats.MirrorShortfalls, torn.stats.SecondaryErrors, torn.stats.MirrorDiverged = 2, 1, 3
 	first := good(1, 0, 0)
@@ -459,7 +459,19 @@ func TestJudgeMode(t *testing.T) {
 	v = judgeMode([]phaseResult{good(0, 0, 0), first, torn}, cfg, mirror)
 	assert.Equal(t, []string{
 		"mirror kept both stores alike (phase 3: 2 shortfalls, 1 secondary errors)",
-		"mirror converged after the rollout's first phase (phase 3: 3 writes found the other store apart)",
+		"mirror converged after each identifier's first write (phase 3: 3 writes found the other store apart, 0 identifiers not mirrored before)",
+	}, v.Failures)
+	// A client that made no request in the rollout's first phase has its
+	// first mirrored write later: one such write per identifier passes,
+	// one more does not.
+	late := good(2, 50, 53)
+	late.totals.unmirrored, late.stats.MirrorDiverged = 3, 3
+	v = judgeMode([]phaseResult{good(0, 0, 0), first, late}, cfg, mirror)
+	assert.True(t, v.Pass, v.Line)
+	late.stats.MirrorDiverged = 4
+	v = judgeMode([]phaseResult{good(0, 0, 0), first, late}, cfg, mirror)
+	assert.Equal(t, []string{
+		"mirror converged after each identifier's first write (phase 3: 4 writes found the other store apart, 3 identifiers not mirrored before)",
 	}, v.Failures)
 
 	// Split mode must seed every move it looks up; legacy windows must be

@@ -264,6 +264,7 @@ func runMode(ctx context.Context, cfg Config, mode rollout.Mode, srv *servers, s
 		}
 		if i == 1 {
 			dep.deploy(rolloutAPI)
+			lg.deployed.Store(true)
 		}
 		res, ok := runPhase(ctx, cfg, lg, percent, i, count, duration, out)
 		lg.setPhase(i + 1)
