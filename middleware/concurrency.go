@@ -88,7 +88,7 @@ func (l *Limiter) acquireLeases(w http.ResponseWriter, r *http.Request, undo fun
 		lease, err := l.throttler.Acquire(r.Context(), c.limit, id)
 		if err != nil {
 			abandon()
-			return nil, false, l.onError(w, r, err)
+			return nil, false, l.fail(w, r, err)
 		}
 		leases = append(leases, lease)
 		if !lease.Acquired {

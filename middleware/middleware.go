@@ -242,7 +242,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 			res, err = l.throttler.AllowAll(ctx, cost, decided...)
 		}
 		if err != nil && !errors.Is(err, throttler.ErrCostExceedsLimit) {
-			if l.onError(w, r, err) {
+			if l.fail(w, r, err) {
 				next.ServeHTTP(w, r)
 			}
 			return

@@ -74,8 +74,10 @@ type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error) (serve
 // DefaultErrorHandler answers with a problem+json response and never serves
 // the request, so that no crafted input slips past the limiter: 400 for an
 // invalid identifier or cost (the client sent it), 503 when the request's
-// context ended, and 500, logged with slog, for anything else (a
-// configuration mistake). The error's text is never sent to the client.
+// context ended, and 500 for anything else (a configuration mistake),
+// logged to the Limiter's throttler's logger (throttler.WithLogger;
+// slog.Default() when the request did not come through a Limiter). The
+// error's text is never sent to the client.
 func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) bool {
 	switch {
 	case errors.Is(err, throttler.ErrInvalidIdentifier) || errors.Is(err, throttler.ErrInvalidCost):
@@ -86,8 +88,10 @@ func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) bool
 		WriteProblem(w, Problem{Type: "about:blank", Title: http.StatusText(http.StatusServiceUnavailable),
 			Status: http.StatusServiceUnavailable, Detail: "The request ended before it could be rate limited."})
 	default:
-		slog.Default().LogAttrs(r.Context(), slog.LevelError, "middleware: rate limiter error",
-			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
+		if logger := loggerFrom(r.Context()); logger != nil {
+			logger.LogAttrs(r.Context(), slog.LevelError, "throttlekit: middleware: rate limiter error",
+				slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
+		}
 		WriteProblem(w, Problem{Type: "about:blank", Title: http.StatusText(http.StatusInternalServerError),
 			Status: http.StatusInternalServerError, Detail: "The rate limiter could not decide this request."})
 	}
@@ -107,4 +111,24 @@ type DenyHandler func(w http.ResponseWriter, r *http.Request, res throttler.Resu
 // writeDenial is the default DenyHandler.
 func writeDenial(w http.ResponseWriter, _ *http.Request, _ throttler.Result, p Problem) {
 	WriteProblem(w, p)
+}
+
+// loggerKey is the context key under which a Limiter hands its error
+// handler the throttler's logger.
+type loggerKey struct{}
+
+// fail hands err to the Limiter's error handler, with the throttler's
+// logger in the request's context for DefaultErrorHandler.
+func (l *Limiter) fail(w http.ResponseWriter, r *http.Request, err error) bool {
+	r = r.WithContext(context.WithValue(r.Context(), loggerKey{}, l.throttler.Logger()))
+	return l.onError(w, r, err)
+}
+
+// loggerFrom returns the logger a Limiter put in ctx (nil when its
+// throttler logs nowhere), or slog.Default() when none did.
+func loggerFrom(ctx context.Context) *slog.Logger {
+	if logger, ok := ctx.Value(loggerKey{}).(*slog.Logger); ok {
+		return logger
+	}
+	return slog.Default()
 }

@@ -25,7 +25,9 @@ import (
 // 86: Result.Limits, NumLimits, LimitAt and SetLimits (issue 21): the
 // per-limit figures are computed on demand, so that a decision allocates
 // nothing.
-const maxUserAPI = 86
+// 87: Throttler.Logger (issue 22), so that the middleware packages log
+// where WithLogger says rather than to slog.Default().
+const maxUserAPI = 87
 
 func TestUserAPIFitsOnOneScreen(t *testing.T) {
 	fset := token.NewFileSet()

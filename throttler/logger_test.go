@@ -55,3 +55,24 @@ func TestLoggerOrDiscard(t *testing.T) {
 	require.NotNil(t, d)
 	assert.False(t, d.Enabled(t.Context(), slog.LevelError), "a nil logger writes nothing")
 }
+
+// Logger is the logger the middleware packages log through: WithLogger's,
+// slog.Default() without it (and for a zero Throttler), nil when
+// WithLogger(nil) turned logging off.
+func TestLoggerIsWithLoggers(t *testing.T) {
+	own := slog.New(slog.DiscardHandler)
+	for name, c := range map[string]struct {
+		opts []throttler.Option
+		want *slog.Logger
+	}{
+		"no option":       {nil, slog.Default()},
+		"WithLogger":      {[]throttler.Option{throttler.WithLogger(own)}, own},
+		"WithLogger(nil)": {[]throttler.Option{throttler.WithLogger(nil)}, nil},
+	} {
+		th, err := throttler.New(memorybackend.New(), c.opts...)
+		require.NoError(t, err, name)
+		assert.Same(t, c.want, th.Logger(), name)
+	}
+	assert.Same(t, slog.Default(), (&throttler.Throttler{}).Logger())
+	assert.Same(t, slog.Default(), (*throttler.Throttler)(nil).Logger())
+}

@@ -26,10 +26,12 @@ type Throttler struct {
 	backend     driver.Backend
 	name        string // the backend's name in Events
 	clock       Clock
-	wallClock   bool       // clock is the wall clock: a call's latency is time.Since(now)
-	nonblocking bool       // the backend never blocks: no timeout context
-	inProcess   bool       // nonblocking, wall clock and no observer: the fast path
-	outages     *outageLog // where failures are logged; nil: nowhere
+	wallClock   bool         // clock is the wall clock: a call's latency is time.Since(now)
+	nonblocking bool         // the backend never blocks: no timeout context
+	inProcess   bool         // nonblocking, wall clock and no observer: the fast path
+	outages     *outageLog   // where failures are logged; nil: nowhere
+	logger      *slog.Logger // WithLogger's; nil: slog.Default(), unless quiet
+	quiet       bool         // WithLogger(nil): no logging at all
 	observers   []Observer
 	timeout     time.Duration
 	failure     FailureMode
@@ -62,6 +64,7 @@ func New(b driver.Backend, opts ...Option) (*Throttler, error) {
 	if !s.loggerSet {
 		logger = slog.Default()
 	}
+	t.logger, t.quiet = logger, logger == nil
 	if logger != nil {
 		t.outages = &outageLog{logger: logger, every: outageLogEvery, quiet: outageQuiet}
 	}
@@ -554,6 +557,21 @@ func (t *Throttler) callStates(ctx context.Context, p *Policy, req driver.Reques
 		return driver.Outcome{}, lat, wrapBackend(err)
 	}
 	return out, lat, nil
+}
+
+// Logger returns the logger t writes to: the one given with WithLogger,
+// slog.Default() when none was (or for a nil or zero Throttler), and nil
+// when WithLogger(nil) turned logging off. The middleware packages log
+// their own errors through it, so that one WithLogger reaches every line a
+// throttler's requests cause.
+func (t *Throttler) Logger() *slog.Logger {
+	switch {
+	case t == nil || t.logger == nil && !t.quiet:
+		return slog.Default()
+	case t.quiet:
+		return nil
+	}
+	return t.logger
 }
 
 // callContext bounds ctx by d, unless d is zero or ctx already ends sooner.

@@ -47,7 +47,7 @@
 //	store down, fail open     OK: served          -
 //	context ended             Canceled or DeadlineExceeded
 //	identifier or cost bad    InvalidArgument
-//	any other error           Internal (logged with slog.Default)
+//	any other error           Internal (logged to the throttler's logger)
 //
 // RetryInfo's retry_delay is the Result's RetryAfter, exactly; under fail
 // closed, the degraded Result's RetryAfter (1 s). QuotaFailure names the

@@ -343,8 +343,10 @@ func (l *Limiter) failure(ctx context.Context, method string, err error) error {
 	case errors.Is(err, throttler.ErrInvalidIdentifier) || errors.Is(err, throttler.ErrInvalidCost):
 		return status.Error(codes.InvalidArgument, "the call cannot be rate limited: its identifier or cost is invalid")
 	}
-	slog.Default().LogAttrs(ctx, slog.LevelError, "grpclimit: rate limiter error",
-		slog.String("method", method), slog.Any("error", err))
+	if logger := l.t.Logger(); logger != nil {
+		logger.LogAttrs(ctx, slog.LevelError, "throttlekit: grpclimit: rate limiter error",
+			slog.String("method", method), slog.Any("error", err))
+	}
 	return status.Error(codes.Internal, "the rate limiter could not decide this call")
 }
 

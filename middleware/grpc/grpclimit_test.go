@@ -1,7 +1,9 @@
 package grpclimit_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -599,4 +601,33 @@ func TestHeaderOptions(t *testing.T) {
 	assert.Equal(t, []string{`"health";q=1;w=60`}, trailer.Get("ratelimit-policy"))
 	assert.Empty(t, trailer.Get("x-ratelimit-resource"))
 	assert.Equal(t, "health", quotaFailure(t, err).GetViolations()[0].GetSubject())
+}
+
+// A broken call is logged where the throttler logs (throttler.WithLogger),
+// not to slog.Default(); WithLogger(nil) silences it.
+func TestErrorsLogToTheThrottlersLogger(t *testing.T) {
+	var buf, def bytes.Buffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&def, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	handler := func(context.Context, any) (any, error) { return nil, nil }
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-api-key", "k"))
+	for _, logger := range []*slog.Logger{slog.New(slog.NewTextHandler(&buf, nil)), nil} {
+		buf.Reset()
+		_, clock := testkit.Clock()
+		th := testkit.Throttler(t, memorybackend.New(), clock, throttler.WithLogger(logger))
+		// A Policy not built by NewPolicy or ParsePolicy: the throttler
+		// refuses it, which is the Limiter's own error.
+		lim, err := grpclimit.New(th, nil, grpclimit.Metadata("x-api-key"),
+			grpclimit.WithPolicies(func(string) *throttler.Policy { return &throttler.Policy{} }))
+		require.NoError(t, err)
+		_, err = lim.UnaryServerInterceptor()(ctx, nil, &grpc.UnaryServerInfo{FullMethod: checkMethod}, handler)
+		assert.Equal(t, codes.Internal, status.Code(err))
+		assert.NotContains(t, def.String(), "rate limiter error", "logged to slog.Default()")
+		if logger == nil {
+			assert.Empty(t, buf.String())
+		} else {
+			assert.Contains(t, buf.String(), "throttlekit: grpclimit: rate limiter error")
+		}
+	}
 }
