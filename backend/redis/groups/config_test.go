@@ -291,6 +291,7 @@ func TestNewRedisChecksLayoutsFromCode(t *testing.T) {
 		require.ErrorIs(t, err, driver.ErrInvalidOption)
 		assert.Contains(t, err.Error(), "WithPrefix")
 		assert.Contains(t, err.Error(), `group "a" primary`)
+		assert.Equal(t, 1, strings.Count(err.Error(), "invalid option"), "%v", err)
 		assert.Nil(t, b)
 	})
 }

@@ -3,6 +3,7 @@ package redisgroups
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -94,7 +95,7 @@ func newGroups(groups []Config, fromString bool, opts []Option) (*shardedbackend
 			made = append(made, primary)
 		}
 		if err != nil {
-			return fail(fmt.Errorf("%w: %s primary: %w", driver.ErrInvalidOption, label(i), err))
+			return fail(invalidAt(label(i)+" primary", err))
 		}
 		layout[i] = shardedbackend.Shard{Name: g.Name, Primary: primary}
 		for j, ro := range g.Replicas {
@@ -103,7 +104,7 @@ func newGroups(groups []Config, fromString bool, opts []Option) (*shardedbackend
 				made = append(made, replica)
 			}
 			if err != nil {
-				return fail(fmt.Errorf("%w: %s replica %d: %w", driver.ErrInvalidOption, label(i), j, err))
+				return fail(invalidAt(fmt.Sprintf("%s replica %d", label(i), j), err))
 			}
 			layout[i].Replicas = append(layout[i].Replicas, replica)
 		}
@@ -156,3 +157,27 @@ func Open(config string, opts ...Option) (*shardedbackend.Backend, error) {
 	}
 	return newGroups(groups, true, opts)
 }
+
+// invalidAt returns err, a failure to open the server at where, as a
+// driver.ErrInvalidOption that names where. An err that already is one
+// (a bad redisbackend option) keeps its own text after where, without a
+// second "invalid option".
+func invalidAt(where string, err error) error {
+	if errors.Is(err, driver.ErrInvalidOption) {
+		return &placedError{where: where, err: err}
+	}
+	return fmt.Errorf("%w: %s: %w", driver.ErrInvalidOption, where, err)
+}
+
+// placedError is an ErrInvalidOption error err, told where it happened.
+type placedError struct {
+	where string
+	err   error
+}
+
+func (e *placedError) Error() string {
+	prefix := driver.ErrInvalidOption.Error()
+	return prefix + ": " + e.where + ": " + strings.TrimPrefix(e.err.Error(), prefix+": ")
+}
+
+func (e *placedError) Unwrap() error { return e.err }
