@@ -26,12 +26,10 @@ type Throttler struct {
 	backend     driver.Backend
 	name        string // the backend's name in Events
 	clock       Clock
-	wallClock   bool         // clock is the wall clock: a call's latency is time.Since(now)
-	nonblocking bool         // the backend never blocks: no timeout context
-	inProcess   bool         // nonblocking, wall clock and no observer: the fast path
-	outages     *outageLog   // where failures are logged; nil: nowhere
-	logger      *slog.Logger // WithLogger's; nil: slog.Default(), unless quiet
-	quiet       bool         // WithLogger(nil): no logging at all
+	wallClock   bool       // clock is the wall clock: a call's latency is time.Since(now)
+	nonblocking bool       // the backend never blocks: no timeout context
+	inProcess   bool       // nonblocking, wall clock and no observer: the fast path
+	outages     *outageLog // where failures are logged; nil: nowhere
 	observers   []Observer
 	timeout     time.Duration
 	failure     FailureMode
@@ -64,7 +62,6 @@ func New(b driver.Backend, opts ...Option) (*Throttler, error) {
 	if !s.loggerSet {
 		logger = slog.Default()
 	}
-	t.logger, t.quiet = logger, logger == nil
 	if logger != nil {
 		t.outages = &outageLog{logger: logger, every: outageLogEvery, quiet: outageQuiet}
 	}
@@ -566,12 +563,12 @@ func (t *Throttler) callStates(ctx context.Context, p *Policy, req driver.Reques
 // throttler's requests cause.
 func (t *Throttler) Logger() *slog.Logger {
 	switch {
-	case t == nil || t.logger == nil && !t.quiet:
+	case t == nil || t.backend == nil:
 		return slog.Default()
-	case t.quiet:
+	case t.outages == nil:
 		return nil
 	}
-	return t.logger
+	return t.outages.logger
 }
 
 // callContext bounds ctx by d, unless d is zero or ctx already ends sooner.

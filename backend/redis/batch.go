@@ -184,32 +184,39 @@ func (bt *batcher) run(ctx context.Context, script *goredis.Script, readOnly boo
 	}
 	bt.mu.Unlock()
 
-	select {
-	case <-p.done:
+	if _, ok := receive(ctx, p.done); ok {
 		reply, err := p.reply, withContextError(ctx, p.err)
 		p.release()
 		return reply, err
+	}
+	if p.state.CompareAndSwap(callQueued, callAbandoned) {
+		// Never sent: the sender skips it and never touches it again.
+		err := ctx.Err()
+		p.release()
+		return nil, err
+	}
+	// In flight: the sender still owns p and will write to it, so it is
+	// left to the garbage collector rather than reused.
+	return nil, ctx.Err()
+}
+
+// receive waits for a value on done or for ctx to end, and reports
+// whether it got the value. A value that is there when ctx has ended too
+// wins: a caller scheduled late on a busy machine finds both ready (and
+// select picks either at random), but the store has answered, so its
+// answer stands.
+func receive[T any](ctx context.Context, done <-chan T) (T, bool) {
+	select {
+	case v := <-done:
+		return v, true
 	case <-ctx.Done():
 		select {
-		case <-p.done:
-			// The reply came as the deadline passed (a goroutine
-			// scheduled late on a busy machine finds both ready, and
-			// select picks either): the store decided, so the decision
-			// stands.
-			reply, err := p.reply, withContextError(ctx, p.err)
-			p.release()
-			return reply, err
+		case v := <-done:
+			return v, true
 		default:
+			var zero T
+			return zero, false
 		}
-		if p.state.CompareAndSwap(callQueued, callAbandoned) {
-			// Never sent: the sender skips it and never touches it again.
-			err := ctx.Err()
-			p.release()
-			return nil, err
-		}
-		// In flight: the sender still owns p and will write to it, so it
-		// is left to the garbage collector rather than reused.
-		return nil, ctx.Err()
 	}
 }
 

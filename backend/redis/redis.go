@@ -789,17 +789,11 @@ func await[T any](ctx context.Context, c conn, f func() (T, error)) (T, error) {
 		v, err := f()
 		done <- result{v, err}
 	}()
-	select {
-	case r := <-done:
-		return r.v, withContextError(ctx, r.err)
-	case <-ctx.Done():
-		select {
-		case r := <-done: // answered as the deadline passed
-			return r.v, withContextError(ctx, r.err)
-		default:
-			return zero, ctx.Err()
-		}
+	r, ok := receive(ctx, done)
+	if !ok {
+		return zero, ctx.Err()
 	}
+	return r.v, withContextError(ctx, r.err)
 }
 
 // withContextError makes a failure that ended with ctx match ctx's error,

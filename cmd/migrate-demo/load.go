@@ -281,7 +281,8 @@ type client struct {
 	prev    *observation
 	windows map[string]*windowSeen
 	// mirrored is the phase in which the client received the response to
-	// its first request sent after the deploy, -1 until then. From the
+	// its first request sent after the deploy that the store decided (not
+	// degraded), -1 until then. From the
 	// next phase on, a mirror holds its identifier on both stores, and no
 	// write of it should find the other store apart.
 	mirrored int
@@ -448,12 +449,13 @@ func (l *load) record(ctx context.Context, c *client, sent sending, obs observat
 	if sent.phase == phase {
 		p.seen, p.lastSide, p.lastStore = true, obs.side, obs.store
 	}
-	if sent.deployed && c.mirrored < 0 {
-		c.mirrored = int(phase)
-	}
 	if obs.degraded {
 		s.degraded++
 		return
+	}
+	if sent.deployed && c.mirrored < 0 {
+		// Decided by the store, not degraded: the mirror wrote it.
+		c.mirrored = int(phase)
 	}
 	s.resetChanges += b2i(j.resetChange)
 	s.doubleGrants += b2i(j.doubleGrant)
@@ -514,8 +516,8 @@ type phaseTotals struct {
 	stores     map[string]int
 	storeSides map[string]rollout.Side
 	active     int
-	// unmirrored counts the clients that had no response to a request
-	// sent after the deploy before the phase began: the identifiers whose
+	// unmirrored counts the clients that had no decided response to a
+	// request sent after the deploy before the phase began: the identifiers whose
 	// first mirrored write may fall in the phase.
 	unmirrored int
 }
