@@ -223,7 +223,11 @@ func (t *Throttler) now() (time.Time, error) {
 	} else {
 		now = t.clock.Now()
 	}
-	if ms := now.UnixMilli(); ms < 0 || ms > driver.MaxUnixMilli {
+	// UnixMilli floors, so a reading in the last millisecond before the
+	// bound's successor (2200-01-01T00:00:00.000999999Z) has the bound's
+	// millisecond: that millisecond goes to checkTime, which compares whole
+	// readings, and the fast path stays one integer comparison.
+	if ms := now.UnixMilli(); ms < 0 || ms >= driver.MaxUnixMilli {
 		return now, checkTime(now)
 	}
 	return now, nil

@@ -279,7 +279,12 @@ func TestClockOutOfRange(t *testing.T) {
 	maxTime := time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
 	ctx := context.Background()
 	p := policy(t, "3/s, 3/s gcra")
-	for _, at := range []time.Time{{}, time.Date(1969, 12, 31, 23, 0, 0, 0, time.UTC), maxTime.Add(time.Millisecond)} {
+	// +1 ns and +999,999 ns share the bound's Unix millisecond (UnixMilli
+	// floors), so they prove the check compares whole readings. Every
+	// operation, the zero-allocation in-process path included, reads the
+	// clock through the same Throttler.now.
+	for _, at := range []time.Time{{}, time.Date(1969, 12, 31, 23, 0, 0, 0, time.UTC), time.Unix(0, -1),
+		maxTime.Add(time.Nanosecond), maxTime.Add(999_999 * time.Nanosecond), maxTime.Add(time.Millisecond)} {
 		th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttler.NewManualClock(at)))
 		_, err := th.Allow(ctx, p, "u")
 		assert.ErrorIs(t, err, throttler.ErrClockOutOfRange, "%v", at)

@@ -97,7 +97,7 @@ func (r *LeaseRequest) Check() error {
 	case r.Lease == "" || len(r.Lease) > MaxLeaseIDLen:
 		return fmt.Errorf("%w: lease ID of %d bytes", ErrInvalidOption, len(r.Lease))
 	}
-	if ms := r.Now.UnixMilli(); ms < 0 || ms > MaxUnixMilli {
+	if !ClockInRange(r.Now) {
 		return fmt.Errorf("%w: clock reading %v out of range", ErrInvalidOption, r.Now)
 	}
 	return nil

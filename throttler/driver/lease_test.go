@@ -61,11 +61,15 @@ func TestLeaseRequestCheck(t *testing.T) {
 	ok := driver.LeaseRequest{Limit: l, Identifier: "u", Lease: "x", Now: time.UnixMilli(1)}
 	require.NoError(t, ok.Check())
 	for name, mutate := range map[string]func(*driver.LeaseRequest){
-		"nil limit":      func(r *driver.LeaseRequest) { r.Limit = nil },
-		"no identifier":  func(r *driver.LeaseRequest) { r.Identifier = "" },
-		"no lease":       func(r *driver.LeaseRequest) { r.Lease = "" },
-		"before 1970":    func(r *driver.LeaseRequest) { r.Now = time.UnixMilli(-1) },
-		"after 2200":     func(r *driver.LeaseRequest) { r.Now = time.UnixMilli(driver.MaxUnixMilli + 1) },
+		"nil limit":     func(r *driver.LeaseRequest) { r.Limit = nil },
+		"no identifier": func(r *driver.LeaseRequest) { r.Identifier = "" },
+		"no lease":      func(r *driver.LeaseRequest) { r.Lease = "" },
+		"before 1970":   func(r *driver.LeaseRequest) { r.Now = time.UnixMilli(-1) },
+		"after 2200":    func(r *driver.LeaseRequest) { r.Now = time.UnixMilli(driver.MaxUnixMilli + 1) },
+		"2200 + 1 ns":   func(r *driver.LeaseRequest) { r.Now = time.UnixMilli(driver.MaxUnixMilli).Add(time.Nanosecond) },
+		"2200 + 999999 ns": func(r *driver.LeaseRequest) {
+			r.Now = time.UnixMilli(driver.MaxUnixMilli).Add(999_999 * time.Nanosecond)
+		},
 		"long lease":     func(r *driver.LeaseRequest) { r.Lease = string(make([]byte, driver.MaxLeaseIDLen+1)) },
 		"long identifer": func(r *driver.LeaseRequest) { r.Identifier = string(make([]byte, driver.MaxIdentifierLen+1)) },
 	} {

@@ -67,6 +67,18 @@ const (
 	maxSlidingProduct = int64(1)<<52 - 1
 )
 
+// ClockInRange reports whether now lies between the Unix epoch and
+// MaxUnixMilli, both included. It compares the whole reading: UnixMilli
+// floors, so a reading up to 999,999 ns after the bound has the bound's
+// millisecond and a comparison of milliseconds alone would accept it.
+func ClockInRange(now time.Time) bool {
+	ms := now.UnixMilli()
+	if ms < 0 || ms > MaxUnixMilli {
+		return false
+	}
+	return ms < MaxUnixMilli || now.Nanosecond()%int(time.Millisecond) == 0
+}
+
 // Limit is one limit of a Policy as a backend reads it: the user's quota
 // and, precomputed by NewLimit, every figure the algorithms need. Backends
 // treat it as read-only.
