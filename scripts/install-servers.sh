@@ -22,8 +22,14 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # Debian starts the packaged services; the project runs its own instances on
-# free loopback ports, so the system ones are not needed.
-for svc in redis-server memcached; do
-  if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl stop "$svc" >/dev/null 2>&1 || true; fi
+# free loopback ports, so the system ones are not needed. Stop only a service
+# whose package this run installed: one that was here before (a developer's
+# own memcached, say) is left as it was. redis-tools has no service.
+for pkg in "${missing[@]}"; do
+  case $pkg in redis-server | memcached) ;; *) continue ;; esac
+  if command -v systemctl >/dev/null 2>&1; then
+    echo "install-servers: stopping the $pkg service this run installed" >&2
+    $SUDO systemctl stop "$pkg" >/dev/null 2>&1 || true
+  fi
 done
 redis-server --version

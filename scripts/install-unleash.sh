@@ -14,7 +14,9 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb 
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends postgresql-15 >/dev/null
-  # The tests run their own cluster on a free loopback port.
+  # The tests run their own cluster on a free loopback port. Reached only
+  # when this run installed PostgreSQL (no initdb of any version was here),
+  # so a server that was here before is never stopped.
   if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl stop postgresql >/dev/null 2>&1 || true; fi
 fi
 
