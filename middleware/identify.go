@@ -67,7 +67,7 @@ func TrustProxies(cidrs ...string) ([]netip.Prefix, error) {
 		}
 		a, err := netip.ParseAddr(c)
 		if err != nil || a.Zone() != "" {
-			return nil, fmt.Errorf("%w: trusted proxy %q is neither a CIDR prefix nor an address", driver.ErrInvalidOption, c)
+			return nil, driver.Errorf("%w: trusted proxy %q is neither a CIDR prefix nor an address", driver.ErrInvalidOption, c)
 		}
 		out = append(out, netip.PrefixFrom(a, a.BitLen()))
 	}

@@ -63,7 +63,7 @@ func set(f func(*Limiter)) Option {
 func WithCost(cost func(*http.Request) int64) Option {
 	return optionFunc(func(l *Limiter) error {
 		if cost == nil {
-			return fmt.Errorf("%w: WithCost(nil)", driver.ErrInvalidOption)
+			return driver.Errorf("%w: WithCost(nil)", driver.ErrInvalidOption)
 		}
 		l.cost = cost
 		return nil
@@ -108,7 +108,7 @@ func WithRefundStatuses(codes ...int) Option {
 func WithErrorHandler(h ErrorHandler) Option {
 	return optionFunc(func(l *Limiter) error {
 		if h == nil {
-			return fmt.Errorf("%w: WithErrorHandler(nil)", driver.ErrInvalidOption)
+			return driver.Errorf("%w: WithErrorHandler(nil)", driver.ErrInvalidOption)
 		}
 		l.onError = h
 		return nil
@@ -120,7 +120,7 @@ func WithErrorHandler(h ErrorHandler) Option {
 func WithDenyHandler(h DenyHandler) Option {
 	return optionFunc(func(l *Limiter) error {
 		if h == nil {
-			return fmt.Errorf("%w: WithDenyHandler(nil)", driver.ErrInvalidOption)
+			return driver.Errorf("%w: WithDenyHandler(nil)", driver.ErrInvalidOption)
 		}
 		l.onDeny = h
 		return nil
@@ -145,49 +145,49 @@ func New(t *throttler.Throttler, subjects []Rule, opts ...Option) (*Limiter, err
 	}
 	for _, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("%w: nil Option", driver.ErrInvalidOption)
+			return nil, driver.Errorf("%w: nil Option", driver.ErrInvalidOption)
 		}
 		if err := opt.apply(l); err != nil {
 			return nil, err
 		}
 	}
 	if t == nil {
-		return nil, fmt.Errorf("%w: nil throttler", driver.ErrInvalidOption)
+		return nil, driver.Errorf("%w: nil throttler", driver.ErrInvalidOption)
 	}
 	if len(l.subjects) == 0 && len(l.concurrency) == 0 {
-		return nil, fmt.Errorf("%w: no subjects and no concurrency limit", driver.ErrInvalidOption)
+		return nil, driver.Errorf("%w: no subjects and no concurrency limit", driver.ErrInvalidOption)
 	}
 	if err := l.checkConcurrency(); err != nil {
-		return nil, fmt.Errorf("%w: %w", driver.ErrInvalidOption, err)
+		return nil, driver.Errorf("%w: %w", driver.ErrInvalidOption, err)
 	}
 	policies := make(map[string]bool, len(l.subjects))
 	resources := make(map[string]bool, len(l.subjects))
 	for i, s := range l.subjects {
 		if s.Policy == nil || len(s.Policy.Limits()) == 0 {
-			return nil, fmt.Errorf("%w: subject %d has no policy", driver.ErrInvalidOption, i)
+			return nil, driver.Errorf("%w: subject %d has no policy", driver.ErrInvalidOption, i)
 		}
 		if s.Identify == nil {
-			return nil, fmt.Errorf("%w: subject %d has no IdentifierFunc", driver.ErrInvalidOption, i)
+			return nil, driver.Errorf("%w: subject %d has no IdentifierFunc", driver.ErrInvalidOption, i)
 		}
 		if policies[s.Policy.Name()] {
-			return nil, fmt.Errorf("%w: two subjects use policy %q; give each its own", driver.ErrInvalidOption, s.Policy.Name())
+			return nil, driver.Errorf("%w: two subjects use policy %q; give each its own", driver.ErrInvalidOption, s.Policy.Name())
 		}
 		policies[s.Policy.Name()] = true
 		if s.Resource == "" {
 			l.subjects[i].Resource = s.Policy.Name()
 		}
 		if r := l.subjects[i].Resource; resources[r] {
-			return nil, fmt.Errorf("%w: two subjects are named %q in headers", driver.ErrInvalidOption, r)
+			return nil, driver.Errorf("%w: two subjects are named %q in headers", driver.ErrInvalidOption, r)
 		}
 		resources[l.subjects[i].Resource] = true
 	}
 	for _, code := range []int{l.denyStatus, l.neverStatus, l.degradedStatus} {
 		if code < 200 || code > 999 {
-			return nil, fmt.Errorf("%w: status %d is not a final HTTP status", driver.ErrInvalidOption, code)
+			return nil, driver.Errorf("%w: status %d is not a final HTTP status", driver.ErrInvalidOption, code)
 		}
 	}
 	if l.cost == nil || l.onError == nil || l.onDeny == nil {
-		return nil, fmt.Errorf("%w: nil cost function or handler", driver.ErrInvalidOption)
+		return nil, driver.Errorf("%w: nil cost function or handler", driver.ErrInvalidOption)
 	}
 	return l, nil
 }

@@ -88,7 +88,7 @@ func (f optionFunc) apply(b *Backend) error { return f(b) }
 func WithMode(m Mode) Option {
 	return optionFunc(func(b *Backend) error {
 		if m < SplitMode || m > ShadowMode {
-			return fmt.Errorf("%w: rollout: WithMode(%d): unknown mode", driver.ErrInvalidOption, int(m))
+			return driver.Errorf("%w: rollout: WithMode(%d): unknown mode", driver.ErrInvalidOption, int(m))
 		}
 		b.mode = m
 		return nil
@@ -101,7 +101,7 @@ func WithMode(m Mode) Option {
 func WithDefaultSide(s Side) Option {
 	return optionFunc(func(b *Backend) error {
 		if s != SideOld && s != SideNew {
-			return fmt.Errorf("%w: rollout: WithDefaultSide(%d): unknown side", driver.ErrInvalidOption, int(s))
+			return driver.Errorf("%w: rollout: WithDefaultSide(%d): unknown side", driver.ErrInvalidOption, int(s))
 		}
 		b.fallback = s
 		return nil
@@ -143,7 +143,7 @@ func WithSeeding(on bool) Option {
 func WithSeedMemory(entries int) Option {
 	return optionFunc(func(b *Backend) error {
 		if entries < 1 {
-			return fmt.Errorf("%w: rollout: WithSeedMemory(%d): fewer than one entry", driver.ErrInvalidOption, entries)
+			return driver.Errorf("%w: rollout: WithSeedMemory(%d): fewer than one entry", driver.ErrInvalidOption, entries)
 		}
 		b.seedMemory = entries
 		return nil
@@ -157,7 +157,7 @@ func New(oldBackend, newBackend driver.Backend, source FlagSource, opts ...Optio
 		seeding: true, seedMemory: DefaultSeedMemory}
 	for _, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("%w: rollout: nil Option", driver.ErrInvalidOption)
+			return nil, driver.Errorf("%w: rollout: nil Option", driver.ErrInvalidOption)
 		}
 		if err := opt.apply(b); err != nil {
 			return nil, err
@@ -165,15 +165,15 @@ func New(oldBackend, newBackend driver.Backend, source FlagSource, opts ...Optio
 	}
 	switch {
 	case oldBackend == nil || newBackend == nil:
-		return nil, fmt.Errorf("%w: rollout: nil backend", driver.ErrInvalidOption)
+		return nil, driver.Errorf("%w: rollout: nil backend", driver.ErrInvalidOption)
 	case source == nil:
-		return nil, fmt.Errorf("%w: rollout: nil flag source", driver.ErrInvalidOption)
+		return nil, driver.Errorf("%w: rollout: nil flag source", driver.ErrInvalidOption)
 	case b.mode < SplitMode || b.mode > ShadowMode:
-		return nil, fmt.Errorf("%w: rollout: unknown mode %d", driver.ErrInvalidOption, int(b.mode))
+		return nil, driver.Errorf("%w: rollout: unknown mode %d", driver.ErrInvalidOption, int(b.mode))
 	case b.fallback != SideOld && b.fallback != SideNew:
-		return nil, fmt.Errorf("%w: rollout: unknown default side %d", driver.ErrInvalidOption, int(b.fallback))
+		return nil, driver.Errorf("%w: rollout: unknown default side %d", driver.ErrInvalidOption, int(b.fallback))
 	case b.seedMemory < 1:
-		return nil, fmt.Errorf("%w: rollout: seed memory of %d entries", driver.ErrInvalidOption, b.seedMemory)
+		return nil, driver.Errorf("%w: rollout: seed memory of %d entries", driver.ErrInvalidOption, b.seedMemory)
 	}
 	if b.seeding && b.mode != ShadowMode {
 		b.seeds = newSeedMemory(b.seedMemory)
@@ -208,7 +208,7 @@ func (b *Backend) Side(identifier string) Side {
 // ready reports whether b was built by New.
 func (b *Backend) ready() error {
 	if b == nil || b.source == nil || b.backends[SideOld] == nil || b.backends[SideNew] == nil {
-		return fmt.Errorf("%w: rollout.Backend not built by New", driver.ErrNotInitialized)
+		return driver.Errorf("%w: rollout.Backend not built by New", driver.ErrNotInitialized)
 	}
 	return nil
 }
@@ -422,7 +422,7 @@ func (b *Backend) Refund(ctx context.Context, req driver.Request) (driver.Outcom
 	side := b.Side(req.Identifier)
 	rf, ok := b.backends[side].(driver.Refunder)
 	if !ok {
-		return driver.Outcome{}, fmt.Errorf("throttlekit: rollout: %w: %s backend cannot refund", errors.ErrUnsupported, side)
+		return driver.Outcome{}, driver.Errorf("throttlekit: rollout: %w: %s backend cannot refund", errors.ErrUnsupported, side)
 	}
 	out, err := rf.Refund(ctx, req)
 	if err != nil || b.mode == SplitMode {
@@ -449,11 +449,11 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 	for side, backend := range b.backends {
 		rs, ok := backend.(driver.Resetter)
 		if !ok {
-			errs[side] = fmt.Errorf("throttlekit: rollout: %w: %s backend cannot reset", errors.ErrUnsupported, Side(side))
+			errs[side] = driver.Errorf("throttlekit: rollout: %w: %s backend cannot reset", errors.ErrUnsupported, Side(side))
 			continue
 		}
 		if err := rs.Reset(ctx, p, identifier); err != nil {
-			errs[side] = fmt.Errorf("throttlekit: rollout: %s backend: %w", Side(side), err)
+			errs[side] = driver.Errorf("throttlekit: rollout: %s backend: %w", Side(side), err)
 		}
 	}
 	return errors.Join(errs[:]...)
@@ -476,7 +476,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.LeaseRequest) (driver.
 	side := b.route(req.Identifier, req.Now)
 	lr, ok := b.backends[side].(driver.Leaser)
 	if !ok {
-		return driver.LeaseOutcome{}, fmt.Errorf("throttlekit: rollout: %w: %s backend has no concurrency leases", errors.ErrUnsupported, side)
+		return driver.LeaseOutcome{}, driver.Errorf("throttlekit: rollout: %w: %s backend has no concurrency leases", errors.ErrUnsupported, side)
 	}
 	out, err := lr.Acquire(ctx, req)
 	if err != nil || b.mode == SplitMode || !out.Acquired {
@@ -514,7 +514,7 @@ func (b *Backend) Release(ctx context.Context, req driver.LeaseRequest) (driver.
 	side := b.Side(req.Identifier)
 	lr, ok := b.backends[side].(driver.Leaser)
 	if !ok {
-		return driver.LeaseOutcome{}, fmt.Errorf("throttlekit: rollout: %w: %s backend has no concurrency leases", errors.ErrUnsupported, side)
+		return driver.LeaseOutcome{}, driver.Errorf("throttlekit: rollout: %w: %s backend has no concurrency leases", errors.ErrUnsupported, side)
 	}
 	out, err := lr.Release(ctx, req)
 	if err != nil || b.mode == SplitMode && out.Held {
@@ -544,13 +544,13 @@ func (b *Backend) Ping(ctx context.Context) error {
 	for side, backend := range b.backends {
 		if pg, ok := backend.(driver.Pinger); ok {
 			if err := pg.Ping(ctx); err != nil {
-				errs[side] = fmt.Errorf("throttlekit: rollout: %s backend: %w", Side(side), err)
+				errs[side] = driver.Errorf("throttlekit: rollout: %s backend: %w", Side(side), err)
 			}
 		}
 	}
 	if pg, ok := b.source.(driver.Pinger); ok {
 		if err := pg.Ping(ctx); err != nil {
-			errs[2] = fmt.Errorf("throttlekit: rollout: flag source: %w", err)
+			errs[2] = driver.Errorf("throttlekit: rollout: flag source: %w", err)
 		}
 	}
 	return errors.Join(errs[:]...)
@@ -567,7 +567,7 @@ func (b *Backend) Close() error {
 	for side, backend := range b.backends {
 		if c, ok := backend.(driver.Closer); ok {
 			if err := c.Close(); err != nil {
-				errs[side] = fmt.Errorf("throttlekit: rollout: %s backend: %w", Side(side), err)
+				errs[side] = driver.Errorf("throttlekit: rollout: %s backend: %w", Side(side), err)
 			}
 		}
 	}
@@ -597,7 +597,7 @@ func (b *Backend) SetLogger(l *slog.Logger) {
 func (b *Backend) secondaryFailed(side Side, op string, err error) {
 	b.stats.secondaryErrors.Add(1)
 	if b.onSecondary != nil {
-		b.onSecondary(fmt.Errorf("%w: %s backend, %s: %w", ErrSecondary, side, op, err))
+		b.onSecondary(driver.Errorf("%w: %s backend, %s: %w", ErrSecondary, side, op, err))
 	}
 }
 

@@ -3,7 +3,6 @@ package rollout
 import (
 	"context"
 	"errors"
-	"fmt"
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
@@ -447,7 +446,7 @@ func (b *Backend) Seed(ctx context.Context, req driver.Request, given []driver.S
 	side := b.route(req.Identifier, req.Now)
 	sd, ok := b.backends[side].(driver.Seeder)
 	if !ok {
-		return driver.Outcome{}, fmt.Errorf("throttlekit: rollout: %w: %s backend cannot take states", errors.ErrUnsupported, side)
+		return driver.Outcome{}, driver.Errorf("throttlekit: rollout: %w: %s backend cannot take states", errors.ErrUnsupported, side)
 	}
 	out, err := sd.Seed(ctx, req, given)
 	if err != nil || b.mode != MirrorMode {

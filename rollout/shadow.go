@@ -2,7 +2,6 @@ package rollout
 
 import (
 	"context"
-	"fmt"
 	"strings"
 
 	"github.com/throttlekit/throttlekit/throttler/driver"
@@ -128,7 +127,7 @@ func (b *Backend) shadow(ctx context.Context, primarySide Side, req driver.Reque
 	shadowSide := primarySide.other()
 	out, err := b.backends[shadowSide].Decide(ctx, req)
 	if err == nil && len(out.States) != len(req.Policy.Limits) {
-		err = fmt.Errorf("%w: %d states for %d limits", driver.ErrBadReply, len(out.States), len(req.Policy.Limits))
+		err = driver.Errorf("%w: %d states for %d limits", driver.ErrBadReply, len(out.States), len(req.Policy.Limits))
 	}
 	if err != nil {
 		b.secondaryFailed(shadowSide, "shadow", err)

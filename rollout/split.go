@@ -113,7 +113,7 @@ type Split struct {
 // driver.ErrInvalidOption.
 func NewSplit(percent int, groupID string) (*Split, error) {
 	if percent < 0 || percent > 100 {
-		return nil, fmt.Errorf("%w: rollout: %d is outside 0..100", driver.ErrInvalidOption, percent)
+		return nil, driver.Errorf("%w: rollout: %d is outside 0..100", driver.ErrInvalidOption, percent)
 	}
 	return &Split{percent: percent, groupID: groupID}, nil
 }
@@ -204,7 +204,7 @@ func NewStaticSource(percent int, opts ...StaticOption) (*StaticSource, error) {
 	s := &StaticSource{groupID: DefaultStaticGroupID}
 	for _, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("%w: rollout: nil StaticOption", driver.ErrInvalidOption)
+			return nil, driver.Errorf("%w: rollout: nil StaticOption", driver.ErrInvalidOption)
 		}
 		if err := opt.apply(s); err != nil {
 			return nil, err

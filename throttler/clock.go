@@ -1,7 +1,6 @@
 package throttler
 
 import (
-	"fmt"
 	"sync"
 	"time"
 
@@ -15,7 +14,7 @@ var maxTime = time.UnixMilli(driver.MaxUnixMilli).UTC()
 // with; the error wraps ErrClockOutOfRange.
 func checkTime(t time.Time) error {
 	if t.Before(time.Unix(0, 0)) || t.After(maxTime) {
-		return fmt.Errorf("%w: %v is outside [1970-01-01, %v]", ErrClockOutOfRange, t, maxTime.Format(time.DateOnly))
+		return driver.Errorf("%w: %v is outside [1970-01-01, %v]", ErrClockOutOfRange, t, maxTime.Format(time.DateOnly))
 	}
 	return nil
 }

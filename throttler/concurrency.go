@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -40,7 +39,7 @@ func NewConcurrencyLimit(name string, max int64, leaseTTL time.Duration, opts ..
 	}
 	l := &ConcurrencyLimit{compiled: c, over: settings{forPolicy: true}}
 	if err := applyOptions(&l.over, opts); err != nil {
-		return nil, fmt.Errorf("concurrency limit %q: %w", name, err)
+		return nil, driver.Errorf("concurrency limit %q: %w", name, err)
 	}
 	return l, nil
 }
@@ -73,7 +72,7 @@ func (l *ConcurrencyLimit) LeaseTTL() time.Duration {
 
 func (l *ConcurrencyLimit) validate() error {
 	if l == nil || !l.compiled.Valid() {
-		return fmt.Errorf("%w: nil or zero concurrency limit (build it with NewConcurrencyLimit)", ErrInvalidLimit)
+		return driver.Errorf("%w: nil or zero concurrency limit (build it with NewConcurrencyLimit)", ErrInvalidLimit)
 	}
 	return nil
 }
@@ -198,17 +197,17 @@ func (t *Throttler) Acquire(ctx context.Context, l *ConcurrencyLimit, id string)
 // leaser checks the input of Acquire and returns the backend's Leaser.
 func (t *Throttler) leaser(l *ConcurrencyLimit, id string) (driver.Leaser, error) {
 	if t == nil || t.backend == nil {
-		return nil, fmt.Errorf("%w: zero Throttler (build it with New)", ErrNotInitialized)
+		return nil, driver.Errorf("%w: zero Throttler (build it with New)", ErrNotInitialized)
 	}
 	if err := l.validate(); err != nil {
 		return nil, err
 	}
 	if len(id) == 0 || len(id) > driver.MaxIdentifierLen {
-		return nil, fmt.Errorf("%w: length %d, want 1 to %d bytes", ErrInvalidIdentifier, len(id), driver.MaxIdentifierLen)
+		return nil, driver.Errorf("%w: length %d, want 1 to %d bytes", ErrInvalidIdentifier, len(id), driver.MaxIdentifierLen)
 	}
 	lr, ok := t.backend.(driver.Leaser)
 	if !ok {
-		return nil, fmt.Errorf("%w: the %s backend (%T) has no concurrency limits (it does not implement driver.Leaser)",
+		return nil, driver.Errorf("%w: the %s backend (%T) has no concurrency limits (it does not implement driver.Leaser)",
 			errors.ErrUnsupported, t.name, t.backend)
 	}
 	return lr, nil
@@ -379,7 +378,7 @@ func (l *Lease) Renew(ctx context.Context) (bool, error) {
 	}
 	lr, ok := t.backend.(driver.Leaser)
 	if !ok {
-		return false, fmt.Errorf("%w: the %s backend has no concurrency limits", errors.ErrUnsupported, t.name)
+		return false, driver.Errorf("%w: the %s backend has no concurrency limits", errors.ErrUnsupported, t.name)
 	}
 	out, lat, err := t.leaseCall(ctx, l.limit, req, lr.Acquire)
 	if err != nil {
@@ -422,7 +421,7 @@ func (t *Throttler) leaseCall(ctx context.Context, l *ConcurrencyLimit, req driv
 		lat = time.Since(req.Now)
 	}
 	if err == nil && (out.InFlight < 0 || out.Acquired && out.InFlight < 1 || out.NextExpiry < 0) {
-		err = fmt.Errorf("%w: lease outcome %+v", driver.ErrBadReply, out)
+		err = driver.Errorf("%w: lease outcome %+v", driver.ErrBadReply, out)
 	}
 	if err != nil {
 		if errors.Is(err, errors.ErrUnsupported) {

@@ -141,7 +141,7 @@ func ParseLimit(s string) (Limit, error) {
 		return Limit{}, err
 	}
 	if l.Name != "" && isNotation(l.Name) {
-		return Limit{}, fmt.Errorf("%w: %q: name %q is a limit notation: it would name nothing", ErrInvalidLimit, s, l.Name)
+		return Limit{}, driver.Errorf("%w: %q: name %q is a limit notation: it would name nothing", ErrInvalidLimit, s, l.Name)
 	}
 	if _, err := l.compile(); err != nil {
 		return Limit{}, err
@@ -153,7 +153,7 @@ func ParseLimit(s string) (Limit, error) {
 // the notation and its options, read.
 func parseLimit(s string) (Limit, error) {
 	fail := func(why string) (Limit, error) {
-		return Limit{}, fmt.Errorf("%w: %q: %s", ErrInvalidLimit, s, why)
+		return Limit{}, driver.Errorf("%w: %q: %s", ErrInvalidLimit, s, why)
 	}
 	fields := strings.Fields(s)
 	if len(fields) == 0 {
@@ -227,16 +227,16 @@ func parseWindow(text string) (time.Duration, error) {
 	if i > 0 {
 		n, err := strconv.ParseInt(text[:i], 10, 64)
 		if err != nil || n < 1 {
-			return 0, fmt.Errorf("window count %q must be a positive whole number", text[:i])
+			return 0, driver.Errorf("window count %q must be a positive whole number", text[:i])
 		}
 		count = n
 	}
 	unit, ok := unitAliases[strings.ToLower(text[i:])]
 	if !ok {
-		return 0, fmt.Errorf("unknown window unit %q (want ms, s, min, h, day or week)", text[i:])
+		return 0, driver.Errorf("unknown window unit %q (want ms, s, min, h, day or week)", text[i:])
 	}
 	if count > int64(driver.MaxWindow/unit) {
-		return 0, fmt.Errorf("window longer than %v", driver.MaxWindow)
+		return 0, driver.Errorf("window longer than %v", driver.MaxWindow)
 	}
 	return time.Duration(count) * unit, nil
 }

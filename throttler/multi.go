@@ -2,7 +2,6 @@ package throttler
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/throttlekit/throttlekit/throttler/driver"
 )
@@ -40,7 +39,7 @@ type Subject struct {
 // as for AllowN.
 func (t *Throttler) AllowAll(ctx context.Context, cost int64, subjects ...Subject) (Result, error) {
 	if len(subjects) == 0 {
-		return Result{}, fmt.Errorf("%w: AllowAll needs at least one subject", ErrInvalidPolicy)
+		return Result{}, driver.Errorf("%w: AllowAll needs at least one subject", ErrInvalidPolicy)
 	}
 	for _, s := range subjects {
 		if err := t.check(s.Policy, s.Identifier, cost); err != nil {

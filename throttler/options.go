@@ -75,7 +75,7 @@ type optionFunc struct {
 
 func (o optionFunc) apply(s *settings) error {
 	if o.throttlerOnly && s.forPolicy {
-		return fmt.Errorf("%w: %s configures a throttler, not a policy", ErrInvalidOption, o.name)
+		return driver.Errorf("%w: %s configures a throttler, not a policy", ErrInvalidOption, o.name)
 	}
 	return o.f(s)
 }
@@ -85,7 +85,7 @@ func (o optionFunc) apply(s *settings) error {
 func WithClock(c Clock) Option {
 	return optionFunc{"WithClock", true, func(s *settings) error {
 		if c == nil {
-			return fmt.Errorf("%w: WithClock(nil)", ErrInvalidOption)
+			return driver.Errorf("%w: WithClock(nil)", ErrInvalidOption)
 		}
 		s.clock = c
 		return nil
@@ -97,7 +97,7 @@ func WithClock(c Clock) Option {
 func WithObserver(o Observer) Option {
 	return optionFunc{"WithObserver", true, func(s *settings) error {
 		if o == nil {
-			return fmt.Errorf("%w: WithObserver(nil)", ErrInvalidOption)
+			return driver.Errorf("%w: WithObserver(nil)", ErrInvalidOption)
 		}
 		s.observers = append(s.observers, o)
 		return nil
@@ -126,7 +126,7 @@ func WithLogger(l *slog.Logger) Option {
 func WithCallTimeout(d time.Duration) Option {
 	return optionFunc{"WithCallTimeout", false, func(s *settings) error {
 		if d < 0 {
-			return fmt.Errorf("%w: WithCallTimeout(%v) is negative", ErrInvalidOption, d)
+			return driver.Errorf("%w: WithCallTimeout(%v) is negative", ErrInvalidOption, d)
 		}
 		s.timeout, s.timeoutSet = d, true
 		return nil
@@ -138,7 +138,7 @@ func WithCallTimeout(d time.Duration) Option {
 func WithFailureMode(m FailureMode) Option {
 	return optionFunc{"WithFailureMode", false, func(s *settings) error {
 		if m != FailOpen && m != FailClosed && m != FailLocal {
-			return fmt.Errorf("%w: unknown failure mode %d", ErrInvalidOption, int(m))
+			return driver.Errorf("%w: unknown failure mode %d", ErrInvalidOption, int(m))
 		}
 		s.failure, s.failureSet = m, true
 		return nil
@@ -156,7 +156,7 @@ func WithFailureMode(m FailureMode) Option {
 func WithDenyCache(entries int, maxStale time.Duration) Option {
 	return optionFunc{"WithDenyCache", true, func(s *settings) error {
 		if entries < 1 || maxStale <= 0 {
-			return fmt.Errorf("%w: WithDenyCache(%d, %v) needs entries >= 1 and a positive staleness", ErrInvalidOption, entries, maxStale)
+			return driver.Errorf("%w: WithDenyCache(%d, %v) needs entries >= 1 and a positive staleness", ErrInvalidOption, entries, maxStale)
 		}
 		s.denyCache = newDenyCache(entries, maxStale)
 		return nil
@@ -172,7 +172,7 @@ func WithDenyCache(entries int, maxStale time.Duration) Option {
 func WithLocalFallback(local driver.Backend, processes int) Option {
 	return optionFunc{"WithLocalFallback", true, func(s *settings) error {
 		if local == nil || processes < 1 {
-			return fmt.Errorf("%w: WithLocalFallback needs a backend and at least one process", ErrInvalidOption)
+			return driver.Errorf("%w: WithLocalFallback needs a backend and at least one process", ErrInvalidOption)
 		}
 		s.local, s.processes = local, processes
 		if !s.failureSet {
@@ -185,7 +185,7 @@ func WithLocalFallback(local driver.Backend, processes int) Option {
 func applyOptions(s *settings, opts []Option) error {
 	for _, o := range opts {
 		if o == nil {
-			return fmt.Errorf("%w: nil Option", ErrInvalidOption)
+			return driver.Errorf("%w: nil Option", ErrInvalidOption)
 		}
 		if err := o.apply(s); err != nil {
 			return err

@@ -1,7 +1,6 @@
 package throttler
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
@@ -37,7 +36,7 @@ func NewPolicy(name string, limits []Limit, opts ...Option) (*Policy, error) {
 	for i, l := range limits {
 		c, err := l.compile()
 		if err != nil {
-			return nil, fmt.Errorf("policy %q: %w", name, err)
+			return nil, driver.Errorf("policy %q: %w", name, err)
 		}
 		compiled[i] = c
 	}
@@ -51,7 +50,7 @@ func NewPolicy(name string, limits []Limit, opts ...Option) (*Policy, error) {
 		p.limits[i] = l
 	}
 	if err := applyOptions(&p.over, opts); err != nil {
-		return nil, fmt.Errorf("policy %q: %w", name, err)
+		return nil, driver.Errorf("policy %q: %w", name, err)
 	}
 	return p, nil
 }
@@ -64,7 +63,7 @@ func ParsePolicy(name, limits string, opts ...Option) (*Policy, error) {
 	for _, part := range strings.Split(limits, ",") {
 		l, err := ParseLimit(part)
 		if err != nil {
-			return nil, fmt.Errorf("policy %q: %w", name, err)
+			return nil, driver.Errorf("policy %q: %w", name, err)
 		}
 		ls = append(ls, l)
 	}
@@ -105,7 +104,7 @@ func (p *Policy) String() string {
 // validate reports whether p is usable: non-nil and built by NewPolicy.
 func (p *Policy) validate() error {
 	if p == nil || !p.compiled.Valid() {
-		return fmt.Errorf("%w: nil or zero policy (build it with NewPolicy)", ErrInvalidPolicy)
+		return driver.Errorf("%w: nil or zero policy (build it with NewPolicy)", ErrInvalidPolicy)
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package throttler
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/throttlekit/throttlekit/throttler/driver"
 )
@@ -28,7 +27,7 @@ func (t *Throttler) AllowUpTo(ctx context.Context, p *Policy, id string, n int64
 		return Result{}, err
 	}
 	if n < 1 {
-		return Result{}, fmt.Errorf("%w: AllowUpTo(%d): want at least 1 unit", ErrInvalidCost, n)
+		return Result{}, driver.Errorf("%w: AllowUpTo(%d): want at least 1 unit", ErrInvalidCost, n)
 	}
 	now, err := t.now()
 	if err != nil {

@@ -3,7 +3,6 @@ package throttler
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"reflect"
 	"strings"
@@ -47,10 +46,10 @@ type Throttler struct {
 // it, is ErrNotInitialized; a bad option is ErrInvalidOption.
 func New(b driver.Backend, opts ...Option) (*Throttler, error) {
 	if b == nil {
-		return nil, fmt.Errorf("%w: New: nil backend", ErrNotInitialized)
+		return nil, driver.Errorf("%w: New: nil backend", ErrNotInitialized)
 	}
 	if v := reflect.ValueOf(b); v.Kind() == reflect.Pointer && v.IsNil() {
-		return nil, fmt.Errorf("%w: New: nil %T backend", ErrNotInitialized, b)
+		return nil, driver.Errorf("%w: New: nil %T backend", ErrNotInitialized, b)
 	}
 	s := settings{clock: wallClock{}, timeout: DefaultCallTimeout}
 	if err := applyOptions(&s, opts); err != nil {
@@ -147,7 +146,7 @@ func (t *Throttler) Refund(ctx context.Context, p *Policy, id string, n int64) (
 	}
 	rf, ok := t.backend.(driver.Refunder)
 	if !ok {
-		return Result{}, fmt.Errorf("%w: %T cannot refund", errors.ErrUnsupported, t.backend)
+		return Result{}, driver.Errorf("%w: %T cannot refund", errors.ErrUnsupported, t.backend)
 	}
 	now, err := t.now()
 	if err != nil {
@@ -179,7 +178,7 @@ func (t *Throttler) Reset(ctx context.Context, p *Policy, id string) error {
 	}
 	rs, ok := t.backend.(driver.Resetter)
 	if !ok {
-		return fmt.Errorf("%w: %T cannot reset", errors.ErrUnsupported, t.backend)
+		return driver.Errorf("%w: %T cannot reset", errors.ErrUnsupported, t.backend)
 	}
 	now, err := t.now()
 	if err != nil {
@@ -201,7 +200,7 @@ func (t *Throttler) Reset(ctx context.Context, p *Policy, id string) error {
 // error wraps ErrBackend.
 func (t *Throttler) Ping(ctx context.Context) error {
 	if t == nil || t.backend == nil {
-		return fmt.Errorf("%w: zero Throttler (build it with New)", ErrNotInitialized)
+		return driver.Errorf("%w: zero Throttler (build it with New)", ErrNotInitialized)
 	}
 	pg, ok := t.backend.(driver.Pinger)
 	if !ok {
@@ -235,16 +234,16 @@ func (t *Throttler) now() (time.Time, error) {
 
 func (t *Throttler) check(p *Policy, id string, cost int64) error {
 	if t == nil || t.backend == nil {
-		return fmt.Errorf("%w: zero Throttler (build it with New)", ErrNotInitialized)
+		return driver.Errorf("%w: zero Throttler (build it with New)", ErrNotInitialized)
 	}
 	if err := p.validate(); err != nil {
 		return err
 	}
 	if len(id) == 0 || len(id) > driver.MaxIdentifierLen {
-		return fmt.Errorf("%w: length %d, want 1 to %d bytes", ErrInvalidIdentifier, len(id), driver.MaxIdentifierLen)
+		return driver.Errorf("%w: length %d, want 1 to %d bytes", ErrInvalidIdentifier, len(id), driver.MaxIdentifierLen)
 	}
 	if cost < 0 {
-		return fmt.Errorf("%w: %d is negative", ErrInvalidCost, cost)
+		return driver.Errorf("%w: %d is negative", ErrInvalidCost, cost)
 	}
 	return nil
 }
@@ -307,7 +306,7 @@ func (t *Throttler) decideInProcess(ctx context.Context, p *Policy, id string, c
 	*buf = [inlineLimits]driver.State{}
 	statesPool.Put(buf)
 	if err == nil && len(out.States) != n {
-		err = fmt.Errorf("%w: %d states for %d limits", driver.ErrBadReply, len(out.States), n)
+		err = driver.Errorf("%w: %d states for %d limits", driver.ErrBadReply, len(out.States), n)
 	}
 	if err != nil {
 		req := driver.Request{Policy: p.compiled, Identifier: id, Cost: cost, Now: now}
@@ -381,7 +380,7 @@ func (t *Throttler) callOp(ctx context.Context, op callOp, p *Policy, req driver
 			out, err = t.take(ctx, req)
 		}
 		if err == nil && len(out.States) != len(p.compiled.Limits) {
-			err = fmt.Errorf("%w: %d states for %d limits", driver.ErrBadReply, len(out.States), len(p.compiled.Limits))
+			err = driver.Errorf("%w: %d states for %d limits", driver.ErrBadReply, len(out.States), len(p.compiled.Limits))
 		}
 		if err != nil {
 			return driver.Outcome{}, time.Since(req.Now), wrapBackend(err)
@@ -445,7 +444,7 @@ func (t *Throttler) neverAllowed(ctx context.Context, p *Policy, req driver.Requ
 	}
 	r.Identifier, r.NeverAllowed, r.RetryAfter = req.Identifier, true, Never
 	t.observe(ctx, "allow", p, req, &r, err, lat)
-	return r, fmt.Errorf("%w: cost %d, limit %q holds %d", ErrCostExceedsLimit, req.Cost, r.Binding, r.Limit)
+	return r, driver.Errorf("%w: cost %d, limit %q holds %d", ErrCostExceedsLimit, req.Cost, r.Binding, r.Limit)
 }
 
 // decideLocally decides req on the local fallback store with this
@@ -552,7 +551,7 @@ func (t *Throttler) callStates(ctx context.Context, p *Policy, req driver.Reques
 		lat = time.Since(req.Now)
 	}
 	if err == nil && wantStates && len(out.States) != len(p.compiled.Limits) {
-		err = fmt.Errorf("%w: %d states for %d limits", driver.ErrBadReply, len(out.States), len(p.compiled.Limits))
+		err = driver.Errorf("%w: %d states for %d limits", driver.ErrBadReply, len(out.States), len(p.compiled.Limits))
 	}
 	if err != nil {
 		return driver.Outcome{}, lat, wrapBackend(err)
@@ -632,5 +631,5 @@ func wrapBackend(err error) error {
 	if errors.Is(err, ErrBackend) || errors.Is(err, ErrNotInitialized) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", ErrBackend, err)
+	return driver.Errorf("%w: %w", ErrBackend, err)
 }

@@ -3,7 +3,6 @@ package breaker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 
 	"github.com/throttlekit/throttlekit/throttler/driver"
@@ -36,7 +35,7 @@ type IdleCloser interface {
 // bad option, or driver.ErrNotInitialized for a nil b.
 func Wrap(b driver.Backend, server string, opts ...Option) (*Backend, error) {
 	if b == nil {
-		return nil, fmt.Errorf("%w: breaker: Wrap of a nil backend", driver.ErrNotInitialized)
+		return nil, driver.Errorf("%w: breaker: Wrap of a nil backend", driver.ErrNotInitialized)
 	}
 	br, err := New(server, opts...)
 	if err != nil {
@@ -75,7 +74,7 @@ func outage(err error) error {
 func guard[T any](b *Backend, call func() (T, error)) (T, error) {
 	if b == nil || b.br == nil {
 		var zero T
-		return zero, fmt.Errorf("%w: breaker: Backend not built by Wrap", driver.ErrNotInitialized)
+		return zero, driver.Errorf("%w: breaker: Backend not built by Wrap", driver.ErrNotInitialized)
 	}
 	done, err := b.br.Allow()
 	if err != nil {
@@ -110,7 +109,7 @@ func (b *Backend) Refund(ctx context.Context, req driver.Request) (driver.Outcom
 	return guard(b, func() (driver.Outcome, error) {
 		rf, ok := b.next.(driver.Refunder)
 		if !ok {
-			return driver.Outcome{}, fmt.Errorf("throttlekit: breaker: %w: wrapped backend cannot refund", errors.ErrUnsupported)
+			return driver.Outcome{}, driver.Errorf("throttlekit: breaker: %w: wrapped backend cannot refund", errors.ErrUnsupported)
 		}
 		return rf.Refund(ctx, req)
 	})
@@ -128,7 +127,7 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 	_, err := guard(b, func() (struct{}, error) {
 		rs, ok := b.next.(driver.Resetter)
 		if !ok {
-			return struct{}{}, fmt.Errorf("throttlekit: breaker: %w: wrapped backend cannot reset", errors.ErrUnsupported)
+			return struct{}{}, driver.Errorf("throttlekit: breaker: %w: wrapped backend cannot reset", errors.ErrUnsupported)
 		}
 		return struct{}{}, rs.Reset(ctx, p, identifier)
 	})
@@ -142,11 +141,11 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 // outage and never learns it through a probe.
 func (b *Backend) Seed(ctx context.Context, req driver.Request, given []driver.State) (driver.Outcome, error) {
 	if b == nil || b.br == nil {
-		return driver.Outcome{}, fmt.Errorf("%w: breaker: Backend not built by Wrap", driver.ErrNotInitialized)
+		return driver.Outcome{}, driver.Errorf("%w: breaker: Backend not built by Wrap", driver.ErrNotInitialized)
 	}
 	sd, ok := b.next.(driver.Seeder)
 	if !ok {
-		return driver.Outcome{}, fmt.Errorf("throttlekit: breaker: %w: wrapped backend cannot take states", errors.ErrUnsupported)
+		return driver.Outcome{}, driver.Errorf("throttlekit: breaker: %w: wrapped backend cannot take states", errors.ErrUnsupported)
 	}
 	return guard(b, func() (driver.Outcome, error) { return sd.Seed(ctx, req, given) })
 }
@@ -185,11 +184,11 @@ func (b *Backend) Release(ctx context.Context, req driver.LeaseRequest) (driver.
 
 func (b *Backend) leaser() (driver.Leaser, error) {
 	if b == nil || b.br == nil {
-		return nil, fmt.Errorf("%w: breaker: Backend not built by Wrap", driver.ErrNotInitialized)
+		return nil, driver.Errorf("%w: breaker: Backend not built by Wrap", driver.ErrNotInitialized)
 	}
 	lr, ok := b.next.(driver.Leaser)
 	if !ok {
-		return nil, fmt.Errorf("throttlekit: breaker: %w: wrapped backend cannot lease", errors.ErrUnsupported)
+		return nil, driver.Errorf("throttlekit: breaker: %w: wrapped backend cannot lease", errors.ErrUnsupported)
 	}
 	return lr, nil
 }

@@ -154,7 +154,7 @@ func newConfig(opts []Option) (config, error) {
 	c := config{failures: DefaultFailures, failingFor: DefaultFailingFor, openFor: DefaultOpenFor, logEvery: DefaultLogEvery}
 	for _, o := range opts {
 		if o == nil {
-			return config{}, fmt.Errorf("%w: breaker: nil Option", driver.ErrInvalidOption)
+			return config{}, driver.Errorf("%w: breaker: nil Option", driver.ErrInvalidOption)
 		}
 		if err := o.apply(&c); err != nil {
 			return config{}, err
@@ -162,13 +162,13 @@ func newConfig(opts []Option) (config, error) {
 	}
 	switch {
 	case c.failures < 1:
-		return config{}, fmt.Errorf("%w: breaker: failures %d, want at least 1", driver.ErrInvalidOption, c.failures)
+		return config{}, driver.Errorf("%w: breaker: failures %d, want at least 1", driver.ErrInvalidOption, c.failures)
 	case c.failingFor < 0:
-		return config{}, fmt.Errorf("%w: breaker: failing period %v, want >= 0", driver.ErrInvalidOption, c.failingFor)
+		return config{}, driver.Errorf("%w: breaker: failing period %v, want >= 0", driver.ErrInvalidOption, c.failingFor)
 	case c.openFor <= 0:
-		return config{}, fmt.Errorf("%w: breaker: open period %v, want > 0", driver.ErrInvalidOption, c.openFor)
+		return config{}, driver.Errorf("%w: breaker: open period %v, want > 0", driver.ErrInvalidOption, c.openFor)
 	case c.logEvery <= 0:
-		return config{}, fmt.Errorf("%w: breaker: log interval %v, want > 0", driver.ErrInvalidOption, c.logEvery)
+		return config{}, driver.Errorf("%w: breaker: log interval %v, want > 0", driver.ErrInvalidOption, c.logEvery)
 	}
 	c.log = new(atomic.Pointer[slog.Logger])
 	if c.loggerSet {
@@ -210,7 +210,7 @@ func New(server string, opts ...Option) (*Breaker, error) {
 }
 
 func newBreaker(server string, c *config) *Breaker {
-	b := &Breaker{server: server, cfg: c, openErr: fmt.Errorf("%w: %s", ErrOpen, server)}
+	b := &Breaker{server: server, cfg: c, openErr: driver.Errorf("%w: %s", ErrOpen, server)}
 	failures := uint32(c.failures)
 	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        server,

@@ -3,7 +3,6 @@ package memcachedbackend
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -125,7 +124,7 @@ func New(client *memcache.Client, opts ...Option) (*Backend, error) {
 	b := &Backend{client: client, prefix: DefaultPrefix, casRetries: DefaultCASRetries, wall: time.Now}
 	for _, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("%w: memcached: nil Option", driver.ErrInvalidOption)
+			return nil, driver.Errorf("%w: memcached: nil Option", driver.ErrInvalidOption)
 		}
 		if err := opt.apply(b); err != nil {
 			return nil, err
@@ -133,13 +132,13 @@ func New(client *memcache.Client, opts ...Option) (*Backend, error) {
 	}
 	switch {
 	case client == nil:
-		return nil, fmt.Errorf("%w: nil client", driver.ErrInvalidOption)
+		return nil, driver.Errorf("%w: nil client", driver.ErrInvalidOption)
 	case b.prefix == "":
-		return nil, fmt.Errorf("%w: empty prefix", driver.ErrInvalidOption)
+		return nil, driver.Errorf("%w: empty prefix", driver.ErrInvalidOption)
 	case len(driver.EscapeKey(b.prefix)) > MaxPrefixLen:
-		return nil, fmt.Errorf("%w: prefix longer than %d bytes once escaped", driver.ErrInvalidOption, MaxPrefixLen)
+		return nil, driver.Errorf("%w: prefix longer than %d bytes once escaped", driver.ErrInvalidOption, MaxPrefixLen)
 	case b.casRetries < 0:
-		return nil, fmt.Errorf("%w: negative CAS retries %d", driver.ErrInvalidOption, b.casRetries)
+		return nil, driver.Errorf("%w: negative CAS retries %d", driver.ErrInvalidOption, b.casRetries)
 	}
 	b.prefix = driver.EscapeKey(b.prefix)
 	return b, nil
@@ -152,7 +151,7 @@ func New(client *memcache.Client, opts ...Option) (*Backend, error) {
 // driver.ErrInvalidOption.
 func NewClient(timeout time.Duration, servers ...string) (*memcache.Client, error) {
 	if len(servers) == 0 {
-		return nil, fmt.Errorf("%w: no servers", driver.ErrInvalidOption)
+		return nil, driver.Errorf("%w: no servers", driver.ErrInvalidOption)
 	}
 	sel, err := NewRendezvousSelector(servers...)
 	if err != nil {
@@ -215,7 +214,7 @@ func (b *Backend) Stats() Stats {
 // pointer) has no client and no clock to compute expirations with.
 func (b *Backend) ready() error {
 	if b == nil || b.client == nil || b.wall == nil || b.prefix == "" {
-		return fmt.Errorf("%w: memcachedbackend.Backend not built by New", driver.ErrNotInitialized)
+		return driver.Errorf("%w: memcachedbackend.Backend not built by New", driver.ErrNotInitialized)
 	}
 	return nil
 }
@@ -350,7 +349,7 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("throttlekit: memcached: get: %w", err)
+			return driver.Errorf("throttlekit: memcached: get: %w", err)
 		}
 	}
 	var doomed []string
@@ -372,7 +371,7 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 	for _, key := range doomed {
 		err := c.roundTrip(func() error { return b.client.Delete(key) })
 		if err != nil && !errors.Is(err, memcache.ErrCacheMiss) {
-			return fmt.Errorf("throttlekit: memcached: delete: %w", err)
+			return driver.Errorf("throttlekit: memcached: delete: %w", err)
 		}
 	}
 	return nil

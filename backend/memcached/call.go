@@ -3,7 +3,6 @@ package memcachedbackend
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -74,10 +73,10 @@ func (b *Backend) newCall(ctx context.Context, req driver.Request) (*call, error
 	// The throttler validated the request; this keeps a direct caller that
 	// did not from sending nonsense to the servers.
 	if !req.Policy.Valid() {
-		return nil, fmt.Errorf("%w: nil or zero policy", driver.ErrInvalidPolicy)
+		return nil, driver.Errorf("%w: nil or zero policy", driver.ErrInvalidPolicy)
 	}
 	if req.Identifier == "" || req.Cost < 0 {
-		return nil, fmt.Errorf("%w: empty identifier or negative cost", driver.ErrInvalidOption)
+		return nil, driver.Errorf("%w: empty identifier or negative cost", driver.ErrInvalidOption)
 	}
 	c := &call{
 		b: b, ctx: ctx, req: req, policy: req.Policy,
@@ -122,7 +121,7 @@ func (c *call) snapshot() error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("throttlekit: memcached: get: %w", err)
+		return driver.Errorf("throttlekit: memcached: get: %w", err)
 	}
 	for i := range c.limits {
 		l := &c.limits[i]
@@ -146,7 +145,7 @@ func (c *call) setWindowItem(i int, it *memcache.Item) error {
 	}
 	w, ok := parseWindow(it.Value)
 	if !ok {
-		return fmt.Errorf("%w: window item of limit %q holds %q", driver.ErrBadReply, l.limit.Name, clip(it.Value))
+		return driver.Errorf("%w: window item of limit %q holds %q", driver.ErrBadReply, l.limit.Name, clip(it.Value))
 	}
 	if w.end > c.nowMs {
 		l.open, l.win, l.state = true, w, driver.State{End: w.end}
@@ -165,14 +164,14 @@ func (c *call) setCASItem(i int, it *memcache.Item) error {
 	if l.limit.Algorithm == driver.SlidingWindow {
 		s, ok := parseSliding(it.Value)
 		if !ok {
-			return fmt.Errorf("%w: sliding-window item of limit %q holds %q", driver.ErrBadReply, l.limit.Name, clip(it.Value))
+			return driver.Errorf("%w: sliding-window item of limit %q holds %q", driver.ErrBadReply, l.limit.Name, clip(it.Value))
 		}
 		l.state = s
 		return nil
 	}
 	tat, ok := parseInt(it.Value)
 	if !ok {
-		return fmt.Errorf("%w: GCRA item of limit %q holds %q", driver.ErrBadReply, l.limit.Name, clip(it.Value))
+		return driver.Errorf("%w: GCRA item of limit %q holds %q", driver.ErrBadReply, l.limit.Name, clip(it.Value))
 	}
 	l.state = driver.State{End: tat}
 	return nil
@@ -199,7 +198,7 @@ func (c *call) readCounters() error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("throttlekit: memcached: get counters: %w", err)
+		return driver.Errorf("throttlekit: memcached: get counters: %w", err)
 	}
 	for i := range c.limits {
 		l := &c.limits[i]
@@ -257,14 +256,14 @@ func (c *call) chase(i int, w window, it *memcache.Item) (_ window, _ *memcache.
 		}
 		next, ok := parseForward(it.Value)
 		if !ok {
-			return w, nil, 0, false, fmt.Errorf("%w: counter of limit %q holds %q", driver.ErrBadReply, l.limit.Name, clip(it.Value))
+			return w, nil, 0, false, driver.Errorf("%w: counter of limit %q holds %q", driver.ErrBadReply, l.limit.Name, clip(it.Value))
 		}
 		if next.end <= c.nowMs {
 			return next, nil, 0, false, nil
 		}
 		if hops >= maxForwards {
 			c.b.stats.retriesExhausted.Add(1)
-			return w, nil, 0, false, fmt.Errorf("%w: more than %d forwarded windows in a row", ErrRetriesExhausted, maxForwards)
+			return w, nil, 0, false, driver.Errorf("%w: more than %d forwarded windows in a row", ErrRetriesExhausted, maxForwards)
 		}
 		w = next
 		var err error
@@ -396,10 +395,10 @@ func (c *call) incrDecr(verb, key string, n int64) (int64, error) {
 		return 0, err
 	}
 	if err != nil {
-		return 0, fmt.Errorf("throttlekit: memcached: %s: %w", verb, err)
+		return 0, driver.Errorf("throttlekit: memcached: %s: %w", verb, err)
 	}
 	if v > math.MaxInt64 {
-		return 0, fmt.Errorf("%w: %s returned %d", driver.ErrBadReply, verb, v)
+		return 0, driver.Errorf("%w: %s returned %d", driver.ErrBadReply, verb, v)
 	}
 	return int64(v), nil
 }
@@ -415,7 +414,7 @@ func (c *call) get(key string) (*memcache.Item, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("throttlekit: memcached: get: %w", err)
+		return nil, driver.Errorf("throttlekit: memcached: get: %w", err)
 	}
 	return it, nil
 }
@@ -439,7 +438,7 @@ func (c *call) backoff(attempt int) error {
 // exhausted counts and returns a retries-exhausted failure.
 func (c *call) exhausted() error {
 	c.b.stats.retriesExhausted.Add(1)
-	return fmt.Errorf("%w after %d retries", ErrRetriesExhausted, c.b.casRetries)
+	return driver.Errorf("%w after %d retries", ErrRetriesExhausted, c.b.casRetries)
 }
 
 // lostRace reports whether a conditional write failed because the item
@@ -471,7 +470,7 @@ func (b *Backend) Ping(ctx context.Context) error {
 	b.stats.roundTrips.Add(1)
 	if err := b.client.Ping(); err != nil {
 		b.afterRoundTrip(err)
-		return fmt.Errorf("throttlekit: memcached: ping: %w", err)
+		return driver.Errorf("throttlekit: memcached: ping: %w", err)
 	}
 	return nil
 }

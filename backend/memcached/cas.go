@@ -2,7 +2,6 @@ package memcachedbackend
 
 import (
 	"bytes"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -119,7 +118,7 @@ func (c *call) writeCAS(i int, s driver.State) error {
 		return c.b.client.CompareAndSwap(item)
 	})
 	if err != nil {
-		return fmt.Errorf("throttlekit: memcached: write %s state: %w", l.limit.Algorithm, err)
+		return driver.Errorf("throttlekit: memcached: write %s state: %w", l.limit.Algorithm, err)
 	}
 	l.item, l.state = nil, s
 	return nil

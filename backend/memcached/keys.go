@@ -3,7 +3,6 @@ package memcachedbackend
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"strconv"
 	"strings"
 
@@ -211,10 +210,10 @@ func ItemKeys(prefix string, p *driver.Policy, identifier string) (Items, error)
 		prefix = DefaultPrefix
 	}
 	if len(driver.EscapeKey(prefix)) > MaxPrefixLen {
-		return Items{}, fmt.Errorf("%w: prefix longer than %d bytes once escaped", driver.ErrInvalidOption, MaxPrefixLen)
+		return Items{}, driver.Errorf("%w: prefix longer than %d bytes once escaped", driver.ErrInvalidOption, MaxPrefixLen)
 	}
 	if !p.Valid() {
-		return Items{}, fmt.Errorf("%w: nil or zero policy", driver.ErrInvalidPolicy)
+		return Items{}, driver.Errorf("%w: nil or zero policy", driver.ErrInvalidPolicy)
 	}
 	k := newKeys(driver.EscapeKey(prefix), p, identifier)
 	out := Items{Route: k.route, Limits: make([]LimitItems, len(p.Limits))}

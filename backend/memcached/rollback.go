@@ -3,7 +3,6 @@ package memcachedbackend
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -178,12 +177,12 @@ func (c *call) retract(u undoStep) error {
 			return nil
 		}
 		if !lostRace(err) {
-			return fmt.Errorf("throttlekit: memcached: retract window: %w", err)
+			return driver.Errorf("throttlekit: memcached: retract window: %w", err)
 		}
 		c.b.stats.casConflicts.Add(1)
 		if attempt >= c.b.casRetries {
 			// Not a failed call: the verdict stands, the window stays.
-			return fmt.Errorf("%w while retracting a window", ErrRetriesExhausted)
+			return driver.Errorf("%w while retracting a window", ErrRetriesExhausted)
 		}
 		if err := c.backoff(attempt); err != nil {
 			return err

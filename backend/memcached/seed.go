@@ -3,7 +3,6 @@ package memcachedbackend
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -224,7 +223,7 @@ func (c *call) openSeeded(i int, next driver.State) (done bool, err error) {
 	}
 	// The item may have been stored: then it names the counter, which
 	// must stay.
-	return false, fmt.Errorf("throttlekit: memcached: publish seeded window: %w", err)
+	return false, driver.Errorf("throttlekit: memcached: publish seeded window: %w", err)
 }
 
 // replaceWindow replaces limit i's open window, whose counter l.counter
@@ -268,7 +267,7 @@ func (c *call) replaceWindow(i int, stored, next driver.State) (done bool, err e
 	}
 	// The swap may have been applied: then the marker names the counter,
 	// which must stay.
-	return false, fmt.Errorf("throttlekit: memcached: forward window: %w", err)
+	return false, driver.Errorf("throttlekit: memcached: forward window: %w", err)
 }
 
 // addCounter creates counter key holding used, to live a second longer
@@ -286,7 +285,7 @@ func (c *call) addCounter(key string, used int64, live time.Duration) (bool, err
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("throttlekit: memcached: add counter: %w", err)
+		return false, driver.Errorf("throttlekit: memcached: add counter: %w", err)
 	}
 	return true, nil
 }

@@ -1,7 +1,6 @@
 package memcachedbackend
 
 import (
-	"fmt"
 	"github.com/throttlekit/throttlekit/throttler/driver"
 	"net"
 	"strings"
@@ -57,12 +56,12 @@ func (s *RendezvousSelector) SetServers(servers ...string) error {
 	seen := make(map[string]bool, len(servers))
 	for _, name := range servers {
 		if seen[name] {
-			return fmt.Errorf("%w: %q listed twice", driver.ErrInvalidOption, name)
+			return driver.Errorf("%w: %q listed twice", driver.ErrInvalidOption, name)
 		}
 		seen[name] = true
 		addr, err := resolve(name)
 		if err != nil {
-			return fmt.Errorf("%w: %q: %w", driver.ErrInvalidOption, name, err)
+			return driver.Errorf("%w: %q: %w", driver.ErrInvalidOption, name, err)
 		}
 		list = append(list, rendezvousServer{addr: addr, seed: hrw.Hash(name)})
 	}

@@ -173,7 +173,7 @@ func (c *call) openWindow(i int) (opened bool, err error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("throttlekit: memcached: add counter: %w", err)
+		return false, driver.Errorf("throttlekit: memcached: add counter: %w", err)
 	}
 	if c.b.hooks.beforePublish != nil {
 		c.b.hooks.beforePublish(counter)
@@ -200,7 +200,7 @@ func (c *call) openWindow(i int) (opened bool, err error) {
 		// who has read the item since. The rollback gives the units back
 		// and retracts the counter only if it then holds nothing.
 		c.undo = append(c.undo, opening)
-		return false, fmt.Errorf("throttlekit: memcached: publish window: %w", err)
+		return false, driver.Errorf("throttlekit: memcached: publish window: %w", err)
 	}
 	// The server refused the item, so nothing names this counter.
 	_ = c.roundTrip(func() error { return c.b.client.Delete(counter) })

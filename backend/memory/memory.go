@@ -3,7 +3,6 @@ package memorybackend
 import (
 	"context"
 	"errors"
-	"fmt"
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
@@ -244,7 +243,7 @@ func New(opts ...Option) *Backend {
 
 func (b *Backend) ready() error {
 	if b == nil || b.sweep == nil {
-		return fmt.Errorf("%w: memory: Backend not built by New", driver.ErrNotInitialized)
+		return driver.Errorf("%w: memory: Backend not built by New", driver.ErrNotInitialized)
 	}
 	return nil
 }
@@ -396,7 +395,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.LeaseRequest) (driver.
 			return out, nil
 		}
 	}
-	return driver.LeaseOutcome{}, fmt.Errorf("%w: %d pairs held", ErrFull, b.held.Load())
+	return driver.LeaseOutcome{}, driver.Errorf("%w: %d pairs held", ErrFull, b.held.Load())
 }
 
 // tryAcquire reports needsRoom when the identifier holds no lease set yet
@@ -475,7 +474,7 @@ func (b *Backend) update(ctx context.Context, req *driver.Request, step func([]d
 			return driver.Outcome{Allowed: allowed, States: states}, nil
 		}
 	}
-	return driver.Outcome{}, fmt.Errorf("%w: %d pairs held", ErrFull, b.held.Load())
+	return driver.Outcome{}, driver.Errorf("%w: %d pairs held", ErrFull, b.held.Load())
 }
 
 // inlineStates is the most states tryUpdate keeps a copy of on the stack.

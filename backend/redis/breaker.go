@@ -3,7 +3,6 @@ package redisbackend
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -92,7 +91,7 @@ func installBreakers(c Client, set *breaker.Set) error {
 		if set == nil {
 			return nil
 		}
-		return fmt.Errorf("%w: WithBreaker needs a *goredis.Client, *goredis.ClusterClient or *goredis.Ring, not %T",
+		return driver.Errorf("%w: WithBreaker needs a *goredis.Client, *goredis.ClusterClient or *goredis.Ring, not %T",
 			driver.ErrInvalidOption, c)
 	}
 	return nil
@@ -242,7 +241,7 @@ func (c *trackedConn) stale() bool { return c.epoch != c.pool.epoch.Load() }
 func (c *trackedConn) Write(b []byte) (int, error) {
 	if c.stale() {
 		_ = c.Conn.Close()
-		return 0, fmt.Errorf("%w: %w", errStale, io.EOF)
+		return 0, driver.Errorf("%w: %w", errStale, io.EOF)
 	}
 	return c.Conn.Write(b)
 }

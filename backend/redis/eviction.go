@@ -2,7 +2,6 @@ package redisbackend
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sync"
 
@@ -28,7 +27,7 @@ func (b *Backend) MaxmemoryPolicy(ctx context.Context) (string, error) {
 		}
 		p, ok := m["maxmemory-policy"]
 		if !ok {
-			return "", fmt.Errorf("%w: CONFIG GET maxmemory-policy: no value", ErrUnexpectedReply)
+			return "", driver.Errorf("%w: CONFIG GET maxmemory-policy: no value", ErrUnexpectedReply)
 		}
 		return p, nil
 	}
@@ -50,7 +49,7 @@ func (b *Backend) MaxmemoryPolicy(ctx context.Context) (string, error) {
 		case goredis.UniversalClient:
 			return read(ctx, c)
 		}
-		return "", fmt.Errorf("%w: cannot read the configuration through a %T", ErrUnexpectedReply, b.client.Client)
+		return "", driver.Errorf("%w: cannot read the configuration through a %T", ErrUnexpectedReply, b.client.Client)
 	})
 }
 

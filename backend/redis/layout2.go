@@ -3,7 +3,6 @@ package redisbackend
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 
 	"github.com/throttlekit/throttlekit/throttler/driver"
@@ -56,7 +55,7 @@ var (
 )
 
 func (layout2) refuse(what string) error {
-	return fmt.Errorf("throttlekit: redis: %w: the layout-2 view is read-only: it cannot %s", errors.ErrUnsupported, what)
+	return driver.Errorf("throttlekit: redis: %w: the layout-2 view is read-only: it cannot %s", errors.ErrUnsupported, what)
 }
 
 // Decide implements driver.Backend: it refuses (errors.ErrUnsupported).

@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -29,14 +28,14 @@ var (
 	// ErrUnexpectedReply reports a reply this package cannot read: the wrong
 	// shape, type or length, as a proxy or an incompatible server might send.
 	// It also matches driver.ErrBadReply.
-	ErrUnexpectedReply = fmt.Errorf("throttlekit: redis: unexpected reply: %w", driver.ErrBadReply)
+	ErrUnexpectedReply = driver.Errorf("throttlekit: redis: unexpected reply: %w", driver.ErrBadReply)
 
 	// ErrForeignValue reports that a key of this backend holds a value it
 	// did not write: another type (Redis answers WRONGTYPE) or a string not
 	// in the "used:end" format. The script stops before any write, so the
 	// decision changes nothing; the throttler applies the failure mode. It
 	// also matches driver.ErrBadReply.
-	ErrForeignValue = fmt.Errorf("throttlekit: redis: key holds a value this backend did not write: %w", driver.ErrBadReply)
+	ErrForeignValue = driver.Errorf("throttlekit: redis: key holds a value this backend did not write: %w", driver.ErrBadReply)
 )
 
 // DefaultPrefix starts every key unless WithPrefix says otherwise.
@@ -265,7 +264,7 @@ type config struct {
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(c *config) error {
 		if strings.ContainsAny(prefix, "{}") {
-			return fmt.Errorf("%w: redis: WithPrefix(%q): a brace would move the hash tag off the identifier", driver.ErrInvalidOption, prefix)
+			return driver.Errorf("%w: redis: WithPrefix(%q): a brace would move the hash tag off the identifier", driver.ErrInvalidOption, prefix)
 		}
 		c.prefix = prefix
 		return nil
@@ -292,7 +291,7 @@ func WithReadClient(r Client) Option {
 func WithExpiryGrace(d time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if d < driver.MinExpiryGrace {
-			return fmt.Errorf("%w: redis: WithExpiryGrace(%v) is below one second", driver.ErrInvalidOption, d)
+			return driver.Errorf("%w: redis: WithExpiryGrace(%v) is below one second", driver.ErrInvalidOption, d)
 		}
 		c.grace = d
 		return nil
@@ -303,28 +302,28 @@ func WithExpiryGrace(d time.Duration) Option {
 // the clients that fit and the keys the backend writes.
 func New(client Client, opts ...Option) (*Backend, error) {
 	if isNil(client) {
-		return nil, fmt.Errorf("%w: redis: nil client", driver.ErrInvalidOption)
+		return nil, driver.Errorf("%w: redis: nil client", driver.ErrInvalidOption)
 	}
 	cfg := config{prefix: DefaultPrefix, grace: DefaultExpiryGrace, batching: true}
 	for _, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("%w: redis: nil Option", driver.ErrInvalidOption)
+			return nil, driver.Errorf("%w: redis: nil Option", driver.ErrInvalidOption)
 		}
 		if err := opt.apply(&cfg); err != nil {
 			return nil, err
 		}
 	}
 	if strings.ContainsAny(cfg.prefix, "{}") {
-		return nil, fmt.Errorf("%w: key prefix %q holds a brace, which would move the hash tag off the identifier", driver.ErrInvalidOption, cfg.prefix)
+		return nil, driver.Errorf("%w: key prefix %q holds a brace, which would move the hash tag off the identifier", driver.ErrInvalidOption, cfg.prefix)
 	}
 	if cfg.grace < driver.MinExpiryGrace {
-		return nil, fmt.Errorf("%w: expiry grace %v is below one second", driver.ErrInvalidOption, cfg.grace)
+		return nil, driver.Errorf("%w: expiry grace %v is below one second", driver.ErrInvalidOption, cfg.grace)
 	}
 	b := &Backend{client: newConn(client), prefix: cfg.prefix, graceMs: any(cfg.grace.Milliseconds())}
 	b.reader = b.client
 	if cfg.reader != nil {
 		if isNil(cfg.reader) {
-			return nil, fmt.Errorf("%w: redis: nil read client", driver.ErrInvalidOption)
+			return nil, driver.Errorf("%w: redis: nil read client", driver.ErrInvalidOption)
 		}
 		b.reader, b.ownReader = newConn(cfg.reader), true
 	}
@@ -477,18 +476,18 @@ func (b *Backend) runLease(ctx context.Context, script *goredis.Script, req driv
 func parseLeaseReply(reply any) (driver.LeaseOutcome, error) {
 	items, ok := reply.([]any)
 	if !ok || len(items) != 4 {
-		return driver.LeaseOutcome{}, fmt.Errorf("%w: %T of %d elements, want an array of 4", ErrUnexpectedReply, reply, len(items))
+		return driver.LeaseOutcome{}, driver.Errorf("%w: %T of %d elements, want an array of 4", ErrUnexpectedReply, reply, len(items))
 	}
 	var ints [4]int64
 	for i, item := range items {
 		v, ok := item.(int64)
 		if !ok {
-			return driver.LeaseOutcome{}, fmt.Errorf("%w: element %d is %T, want an integer", ErrUnexpectedReply, i, item)
+			return driver.LeaseOutcome{}, driver.Errorf("%w: element %d is %T, want an integer", ErrUnexpectedReply, i, item)
 		}
 		ints[i] = v
 	}
 	if ints[0]&^1 != 0 || ints[1]&^1 != 0 || ints[2] < 0 || ints[3] < 0 {
-		return driver.LeaseOutcome{}, fmt.Errorf("%w: lease reply %v", ErrUnexpectedReply, ints)
+		return driver.LeaseOutcome{}, driver.Errorf("%w: lease reply %v", ErrUnexpectedReply, ints)
 	}
 	return driver.LeaseOutcome{Acquired: ints[0] == 1, Held: ints[1] == 1, InFlight: ints[2], NextExpiry: ints[3]}, nil
 }
@@ -546,7 +545,7 @@ func (b *Backend) Seed(ctx context.Context, req driver.Request, given []driver.S
 	args := b.scriptArgs(req)
 	for i, s := range given {
 		if s.Used > maxExact || s.End > maxExact || s.Prev > maxExact {
-			return driver.Outcome{}, fmt.Errorf("%w: limit %q: %+v holds a field above 2^53 - 1", driver.ErrInvalidState, req.Policy.Limits[i].Name, s)
+			return driver.Outcome{}, driver.Errorf("%w: limit %q: %+v holds a field above 2^53 - 1", driver.ErrInvalidState, req.Policy.Limits[i].Name, s)
 		}
 		args = append(args, s.Used, s.End, s.Prev)
 	}
@@ -592,7 +591,7 @@ func (b *Backend) Ping(ctx context.Context) error {
 	b.warnEviction(ctx)
 	if b.ownReader {
 		if err := ping(ctx, b.reader); err != nil {
-			return fmt.Errorf("throttlekit: redis: read client: %w", err)
+			return driver.Errorf("throttlekit: redis: read client: %w", err)
 		}
 	}
 	return nil
@@ -741,7 +740,7 @@ func checkRequest(req driver.Request) error {
 		return err
 	}
 	if us := req.Now.UnixMicro(); us > maxExactMicros || us < -maxExactMicros {
-		return fmt.Errorf("%w: %v", driver.ErrInvalidOption, req.Now)
+		return driver.Errorf("%w: %v", driver.ErrInvalidOption, req.Now)
 	}
 	return nil
 }
@@ -752,10 +751,10 @@ func checkInput(p *driver.Policy, identifier string, cost int64) error {
 	// The throttler validated the request; this only keeps a direct caller
 	// that did not from reaching the server with nonsense.
 	if !p.Valid() {
-		return fmt.Errorf("%w: nil or zero policy", driver.ErrInvalidPolicy)
+		return driver.Errorf("%w: nil or zero policy", driver.ErrInvalidPolicy)
 	}
 	if identifier == "" || cost < 0 {
-		return fmt.Errorf("%w: empty identifier or negative cost", driver.ErrInvalidOption)
+		return driver.Errorf("%w: empty identifier or negative cost", driver.ErrInvalidOption)
 	}
 	return nil
 }
@@ -805,7 +804,7 @@ func withContextError(ctx context.Context, err error) error {
 		return nil
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
-		return fmt.Errorf("throttlekit: redis: %w: %w", ctxErr, err)
+		return driver.Errorf("throttlekit: redis: %w: %w", ctxErr, err)
 	}
 	return err
 }
@@ -814,7 +813,7 @@ func withContextError(ctx context.Context, err error) error {
 // not write.
 func classify(err error) error {
 	if goredis.HasErrorPrefix(err, "WRONGTYPE") || goredis.HasErrorPrefix(err, foreignValueReply) {
-		return fmt.Errorf("%w: %w", ErrForeignValue, err)
+		return driver.Errorf("%w: %w", ErrForeignValue, err)
 	}
 	return err
 }
@@ -824,16 +823,16 @@ func classify(err error) error {
 func parseReply(reply any, n int, take bool) (driver.Outcome, error) {
 	items, ok := reply.([]any)
 	if !ok {
-		return driver.Outcome{}, fmt.Errorf("%w: %T, want an array", ErrUnexpectedReply, reply)
+		return driver.Outcome{}, driver.Errorf("%w: %T, want an array", ErrUnexpectedReply, reply)
 	}
 	if len(items) != 1+3*n {
-		return driver.Outcome{}, fmt.Errorf("%w: %d elements, want %d", ErrUnexpectedReply, len(items), 1+3*n)
+		return driver.Outcome{}, driver.Errorf("%w: %d elements, want %d", ErrUnexpectedReply, len(items), 1+3*n)
 	}
 	ints := make([]int64, len(items))
 	for i, item := range items {
 		v, ok := item.(int64)
 		if !ok {
-			return driver.Outcome{}, fmt.Errorf("%w: element %d is %T, want an integer", ErrUnexpectedReply, i, item)
+			return driver.Outcome{}, driver.Errorf("%w: element %d is %T, want an integer", ErrUnexpectedReply, i, item)
 		}
 		ints[i] = v
 	}
@@ -842,9 +841,9 @@ func parseReply(reply any, n int, take bool) (driver.Outcome, error) {
 	case take && ints[0] >= 0:
 		out.Allowed, out.Granted = ints[0] > 0, ints[0]
 	case take:
-		return driver.Outcome{}, fmt.Errorf("%w: %d units granted", ErrUnexpectedReply, ints[0])
+		return driver.Outcome{}, driver.Errorf("%w: %d units granted", ErrUnexpectedReply, ints[0])
 	case ints[0] != 0 && ints[0] != 1:
-		return driver.Outcome{}, fmt.Errorf("%w: verdict %d, want 0 or 1", ErrUnexpectedReply, ints[0])
+		return driver.Outcome{}, driver.Errorf("%w: verdict %d, want 0 or 1", ErrUnexpectedReply, ints[0])
 	}
 	for i := range out.States {
 		out.States[i] = driver.State{Used: ints[1+3*i], End: ints[2+3*i], Prev: ints[3+3*i]}
@@ -858,10 +857,10 @@ func parseReply(reply any, n int, take bool) (driver.Outcome, error) {
 func parseSeedReply(reply any, n int) (driver.Outcome, error) {
 	items, ok := reply.([]any)
 	if !ok {
-		return driver.Outcome{}, fmt.Errorf("%w: %T, want an array", ErrUnexpectedReply, reply)
+		return driver.Outcome{}, driver.Errorf("%w: %T, want an array", ErrUnexpectedReply, reply)
 	}
 	if len(items) != 1+6*n {
-		return driver.Outcome{}, fmt.Errorf("%w: %d elements, want %d", ErrUnexpectedReply, len(items), 1+6*n)
+		return driver.Outcome{}, driver.Errorf("%w: %d elements, want %d", ErrUnexpectedReply, len(items), 1+6*n)
 	}
 	out, err := parseReply(items[:1+3*n], n, false)
 	if err != nil {
@@ -873,7 +872,7 @@ func parseSeedReply(reply any, n int) (driver.Outcome, error) {
 		for j := range fields {
 			v, ok := items[1+3*n+3*i+j].(int64)
 			if !ok {
-				return driver.Outcome{}, fmt.Errorf("%w: element %d is %T, want an integer", ErrUnexpectedReply, 1+3*n+3*i+j, items[1+3*n+3*i+j])
+				return driver.Outcome{}, driver.Errorf("%w: element %d is %T, want an integer", ErrUnexpectedReply, 1+3*n+3*i+j, items[1+3*n+3*i+j])
 			}
 			fields[j] = v
 		}
@@ -884,4 +883,4 @@ func parseSeedReply(reply any, n int) (driver.Outcome, error) {
 
 // errNotInitialized is the error of every call on a Backend New did not
 // build (a zero Backend, or a nil *Backend): it has no client to send to.
-var errNotInitialized = fmt.Errorf("%w: redis: Backend not built by New", driver.ErrNotInitialized)
+var errNotInitialized = driver.Errorf("%w: redis: Backend not built by New", driver.ErrNotInitialized)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,7 +53,7 @@ type ShardError struct {
 
 // Error returns `throttlekit: sharded: shard "name": op: err`.
 func (e *ShardError) Error() string {
-	return fmt.Sprintf("throttlekit: sharded: shard %q: %s: %v", e.Shard, e.Op, e.Err)
+	return fmt.Sprintf("throttlekit: sharded: shard %q: %s: %s", e.Shard, e.Op, strings.TrimPrefix(fmt.Sprint(e.Err), driver.ErrorPrefix))
 }
 
 // Unwrap returns the shard's own error.
@@ -132,7 +133,7 @@ func New(shards []Shard, opts ...Option) (*Backend, error) {
 	var o options
 	for _, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("%w: sharded: nil Option", driver.ErrInvalidOption)
+			return nil, driver.Errorf("%w: sharded: nil Option", driver.ErrInvalidOption)
 		}
 		if err := opt.apply(&o); err != nil {
 			return nil, err
@@ -143,24 +144,24 @@ func New(shards []Shard, opts ...Option) (*Backend, error) {
 
 func newBackend(shards []Shard, o options) (*Backend, error) {
 	if len(shards) == 0 {
-		return nil, fmt.Errorf("%w: sharded: no shards", driver.ErrInvalidOption)
+		return nil, driver.Errorf("%w: sharded: no shards", driver.ErrInvalidOption)
 	}
 	b := &Backend{shards: make([]*shard, len(shards)), onReplicaError: o.onReplicaError}
 	seen := make(map[string]bool, len(shards))
 	for i, s := range shards {
 		if err := CheckName(s.Name); err != nil {
-			return nil, fmt.Errorf("%w (shard %d)", err, i)
+			return nil, driver.Errorf("%w (shard %d)", err, i)
 		}
 		if seen[s.Name] {
-			return nil, fmt.Errorf("%w: sharded: duplicate shard name %q", driver.ErrInvalidOption, s.Name)
+			return nil, driver.Errorf("%w: sharded: duplicate shard name %q", driver.ErrInvalidOption, s.Name)
 		}
 		seen[s.Name] = true
 		if s.Primary == nil {
-			return nil, fmt.Errorf("%w: sharded: shard %q: nil primary", driver.ErrInvalidOption, s.Name)
+			return nil, driver.Errorf("%w: sharded: shard %q: nil primary", driver.ErrInvalidOption, s.Name)
 		}
 		for j, r := range s.Replicas {
 			if r == nil {
-				return nil, fmt.Errorf("%w: sharded: shard %q: replica %d is nil", driver.ErrInvalidOption, s.Name, j)
+				return nil, driver.Errorf("%w: sharded: shard %q: replica %d is nil", driver.ErrInvalidOption, s.Name, j)
 			}
 		}
 		b.shards[i] = &shard{
@@ -179,15 +180,15 @@ func newBackend(shards []Shard, o options) (*Backend, error) {
 // configuration string, and makes them safe to print in logs and errors.
 func CheckName(name string) error {
 	if name == "" {
-		return fmt.Errorf("%w: sharded: empty shard name", driver.ErrInvalidOption)
+		return driver.Errorf("%w: sharded: empty shard name", driver.ErrInvalidOption)
 	}
 	if len(name) > MaxNameLen {
-		return fmt.Errorf("%w: sharded: shard name %.16q... is longer than %d bytes", driver.ErrInvalidOption, name, MaxNameLen)
+		return driver.Errorf("%w: sharded: shard name %.16q... is longer than %d bytes", driver.ErrInvalidOption, name, MaxNameLen)
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("%w: sharded: shard name %q holds %q: use letters, digits, '.', '_' and '-'", driver.ErrInvalidOption, name, c)
+			return driver.Errorf("%w: sharded: shard name %q holds %q: use letters, digits, '.', '_' and '-'", driver.ErrInvalidOption, name, c)
 		}
 	}
 	return nil
@@ -215,7 +216,7 @@ func (b *Backend) ShardFor(identifier string) string {
 }
 
 // errNoShards is the error of a Backend not built by a constructor.
-var errNoShards = fmt.Errorf("%w: sharded: Backend has no shards (build it with New)", driver.ErrNotInitialized)
+var errNoShards = driver.Errorf("%w: sharded: Backend has no shards (build it with New)", driver.ErrNotInitialized)
 
 // route returns the shard that owns identifier (see Score), or nil for a
 // zero or nil Backend. Each shard's name hash is precomputed, so routing
@@ -294,7 +295,7 @@ func (b *Backend) Peek(ctx context.Context, req driver.Request) (driver.Outcome,
 			if err == nil {
 				return out, nil
 			}
-			err = fmt.Errorf("replica %d: %w", i, err)
+			err = driver.Errorf("replica %d: %w", i, err)
 			if b.onReplicaError != nil {
 				b.onReplicaError(&ShardError{Shard: s.name, Op: "peek", Err: err})
 			}
@@ -313,7 +314,7 @@ func (b *Backend) Peek(ctx context.Context, req driver.Request) (driver.Outcome,
 	}
 	if err != nil {
 		if len(errs) > 0 {
-			err = fmt.Errorf("primary: %w", err)
+			err = driver.Errorf("primary: %w", err)
 		}
 		return driver.Outcome{}, &ShardError{Shard: s.name, Op: "peek", Err: errors.Join(append(errs, err)...)}
 	}
@@ -342,7 +343,7 @@ func (b *Backend) Refund(ctx context.Context, req driver.Request) (driver.Outcom
 	rf, ok := s.primary.(driver.Refunder)
 	if !ok {
 		return driver.Outcome{}, &ShardError{Shard: s.name, Op: "refund",
-			Err: fmt.Errorf("%w: the primary cannot refund", errors.ErrUnsupported)}
+			Err: driver.Errorf("%w: the primary cannot refund", errors.ErrUnsupported)}
 	}
 	out, err := rf.Refund(ctx, req)
 	if err != nil {
@@ -362,7 +363,7 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 	rs, ok := s.primary.(driver.Resetter)
 	if !ok {
 		return &ShardError{Shard: s.name, Op: "reset",
-			Err: fmt.Errorf("%w: the primary cannot reset", errors.ErrUnsupported)}
+			Err: driver.Errorf("%w: the primary cannot reset", errors.ErrUnsupported)}
 	}
 	if err := rs.Reset(ctx, p, identifier); err != nil {
 		return &ShardError{Shard: s.name, Op: "reset", Err: err}
@@ -383,7 +384,7 @@ func (b *Backend) Seed(ctx context.Context, req driver.Request, given []driver.S
 	sd, ok := s.primary.(driver.Seeder)
 	if !ok {
 		return driver.Outcome{}, &ShardError{Shard: s.name, Op: "seed",
-			Err: fmt.Errorf("%w: the primary cannot take states", errors.ErrUnsupported)}
+			Err: driver.Errorf("%w: the primary cannot take states", errors.ErrUnsupported)}
 	}
 	out, err := sd.Seed(ctx, req, given)
 	if err != nil {
@@ -442,7 +443,7 @@ func (b *Backend) lease(ctx context.Context, op string, req driver.LeaseRequest,
 	lr, ok := s.primary.(driver.Leaser)
 	if !ok {
 		return driver.LeaseOutcome{}, &ShardError{Shard: s.name, Op: op,
-			Err: fmt.Errorf("%w: the primary has no concurrency leases", errors.ErrUnsupported)}
+			Err: driver.Errorf("%w: the primary has no concurrency leases", errors.ErrUnsupported)}
 	}
 	out, err := f(lr, ctx, req)
 	if err != nil {
@@ -475,7 +476,7 @@ func (b *Backend) Ping(ctx context.Context) error {
 			go func() {
 				defer wg.Done()
 				if err := pg.Ping(ctx); err != nil {
-					errs[i][slot] = &ShardError{Shard: s.name, Op: "ping", Err: fmt.Errorf("%s: %w", server, err)}
+					errs[i][slot] = &ShardError{Shard: s.name, Op: "ping", Err: driver.Errorf("%s: %w", server, err)}
 				}
 			}()
 		}

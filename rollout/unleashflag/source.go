@@ -280,12 +280,12 @@ func WithErrorHandler(f func(error)) Option {
 // ErrNotReady.
 func New(feature string, opts ...Option) (*Source, error) {
 	if feature == "" {
-		return nil, fmt.Errorf("%w: empty feature name", driver.ErrInvalidOption)
+		return nil, driver.Errorf("%w: empty feature name", driver.ErrInvalidOption)
 	}
 	cfg := config{groupID: feature}
 	for _, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("%w: unleashflag: nil Option", driver.ErrInvalidOption)
+			return nil, driver.Errorf("%w: unleashflag: nil Option", driver.ErrInvalidOption)
 		}
 		if err := opt.apply(&cfg); err != nil {
 			return nil, err
@@ -333,7 +333,7 @@ func New(feature string, opts ...Option) (*Source, error) {
 	if err != nil {
 		// Not reached with checked options: the client fails only on a
 		// missing URL or application name, or a URL it cannot parse.
-		return nil, fmt.Errorf("throttlekit: unleashflag: unleash client: %w", err)
+		return nil, driver.Errorf("throttlekit: unleashflag: unleash client: %w", err)
 	}
 	s.client = client
 	if cfg.wait > 0 {
@@ -351,29 +351,29 @@ func New(feature string, opts ...Option) (*Source, error) {
 // check validates the options before anything starts.
 func (c *config) check() error {
 	if !c.serverSet {
-		return fmt.Errorf("%w: unleashflag.New needs WithServer(apiURL, appName)", driver.ErrInvalidOption)
+		return driver.Errorf("%w: unleashflag.New needs WithServer(apiURL, appName)", driver.ErrInvalidOption)
 	}
 	if c.appName == "" {
-		return fmt.Errorf("%w: empty Unleash application name", driver.ErrInvalidOption)
+		return driver.Errorf("%w: empty Unleash application name", driver.ErrInvalidOption)
 	}
 	if c.wait < 0 {
-		return fmt.Errorf("%w: WithWaitForFirstFetch(%v) is negative", driver.ErrInvalidOption, c.wait)
+		return driver.Errorf("%w: WithWaitForFirstFetch(%v) is negative", driver.ErrInvalidOption, c.wait)
 	}
 	if c.staleAfter < 0 {
-		return fmt.Errorf("%w: WithStaleAfter(%v) is negative", driver.ErrInvalidOption, c.staleAfter)
+		return driver.Errorf("%w: WithStaleAfter(%v) is negative", driver.ErrInvalidOption, c.staleAfter)
 	}
 	u, err := url.Parse(c.url)
 	if err != nil {
 		// url.Error quotes the whole URL, credentials included: say less.
-		return fmt.Errorf("%w: Unleash URL does not parse", driver.ErrInvalidOption)
+		return driver.Errorf("%w: Unleash URL does not parse", driver.ErrInvalidOption)
 	}
 	switch {
 	case u.Scheme != "http" && u.Scheme != "https":
-		return fmt.Errorf("%w: Unleash URL %s: scheme must be http or https", driver.ErrInvalidOption, u.Redacted())
+		return driver.Errorf("%w: Unleash URL %s: scheme must be http or https", driver.ErrInvalidOption, u.Redacted())
 	case u.Host == "":
-		return fmt.Errorf("%w: Unleash URL %s has no host", driver.ErrInvalidOption, u.Redacted())
+		return driver.Errorf("%w: Unleash URL %s has no host", driver.ErrInvalidOption, u.Redacted())
 	case !strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/api"):
-		return fmt.Errorf("%w: Unleash URL %s does not end in /api: the client would fetch %s/client/features and get 404",
+		return driver.Errorf("%w: Unleash URL %s does not end in /api: the client would fetch %s/client/features and get 404",
 			driver.ErrInvalidOption, u.Redacted(), strings.TrimSuffix(u.Redacted(), "/"))
 	}
 	return nil
@@ -386,7 +386,7 @@ func (s *Source) waitFirstFetch(timeout time.Duration) error {
 	select {
 	case <-s.firstFetch:
 	case <-t.C:
-		return fmt.Errorf("%w within %v: %v", ErrNotReady, timeout, s.fetchError())
+		return driver.Errorf("%w within %v: %v", ErrNotReady, timeout, s.fetchError())
 	}
 	if err := s.fetchError(); err != nil {
 		return err
@@ -395,7 +395,7 @@ func (s *Source) waitFirstFetch(timeout time.Duration) error {
 	// has stored them, an instant after the response.
 	for deadline := time.Now().Add(timeout); s.split.Load() == nil; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w within %v: the toggles were fetched but not stored", ErrNotReady, timeout)
+			return driver.Errorf("%w within %v: the toggles were fetched but not stored", ErrNotReady, timeout)
 		}
 		if err := s.lastErr.Load(); err != nil {
 			return *err // the toggle was rejected (ErrUnsupportedToggle)
@@ -410,16 +410,16 @@ func (s *Source) fetchError() error {
 	f := s.fetch.Load()
 	switch {
 	case f == nil:
-		return fmt.Errorf("%w: no fetch yet", ErrNotReady)
+		return driver.Errorf("%w: no fetch yet", ErrNotReady)
 	case f.status == http.StatusOK || f.status == http.StatusNotModified:
 		return nil
 	case f.status == http.StatusUnauthorized || f.status == http.StatusForbidden || f.status == http.StatusNotFound:
-		return fmt.Errorf("%w: HTTP %d at %s (a token the server refuses, or a URL that is not its API root)",
+		return driver.Errorf("%w: HTTP %d at %s (a token the server refuses, or a URL that is not its API root)",
 			ErrRefused, f.status, f.at.Format(time.RFC3339))
 	case f.status != 0:
-		return fmt.Errorf("%w: HTTP %d at %s", ErrNotReady, f.status, f.at.Format(time.RFC3339))
+		return driver.Errorf("%w: HTTP %d at %s", ErrNotReady, f.status, f.at.Format(time.RFC3339))
 	}
-	return fmt.Errorf("%w: %v at %s", ErrNotReady, f.err, f.at.Format(time.RFC3339))
+	return driver.Errorf("%w: %v at %s", ErrNotReady, f.err, f.at.Format(time.RFC3339))
 }
 
 // Ping reports the source's health, for health checks and rollout.Backend's
@@ -439,7 +439,7 @@ func (s *Source) Ping(ctx context.Context) error {
 	}
 	bound := s.StaleBound()
 	if silent := time.Since(s.LastFetch()); silent > bound {
-		return fmt.Errorf("%w: no answer for %v, more than %v (a fetch is in flight since %s)", ErrNotReady,
+		return driver.Errorf("%w: no answer for %v, more than %v (a fetch is in flight since %s)", ErrNotReady,
 			silent.Round(time.Millisecond), bound, time.Unix(0, s.fetchStart.Load()).Format(time.RFC3339Nano))
 	}
 	return nil
@@ -616,7 +616,7 @@ func readToggle(f *api.Feature, name, groupID string) (*rollout.Split, error) {
 		return rollout.KillSwitch(groupID), nil
 	}
 	reject := func(format string, args ...any) (*rollout.Split, error) {
-		return nil, fmt.Errorf("%w: toggle %q: %s", ErrUnsupportedToggle, name, fmt.Sprintf(format, args...))
+		return nil, driver.Errorf("%w: toggle %q: %s", ErrUnsupportedToggle, name, fmt.Sprintf(format, args...))
 	}
 	if f.Dependencies != nil && len(*f.Dependencies) > 0 {
 		return reject("has dependencies")
@@ -651,7 +651,7 @@ func readToggle(f *api.Feature, name, groupID string) (*rollout.Split, error) {
 func readFlexibleRollout(params api.ParameterMap, groupID string) (int, error) {
 	gid, _ := params["groupId"].(string)
 	if gid != groupID {
-		return 0, fmt.Errorf("groupId %q, want %q (a new group ID would move identifiers both ways)", gid, groupID)
+		return 0, driver.Errorf("groupId %q, want %q (a new group ID would move identifiers both ways)", gid, groupID)
 	}
 	stickiness, _ := params["stickiness"].(string)
 	if stickiness == "random" {
@@ -670,11 +670,11 @@ func readFlexibleRollout(params api.ParameterMap, groupID string) (int, error) {
 	case string:
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil {
-			return 0, fmt.Errorf("rollout %q is not a number", v)
+			return 0, driver.Errorf("rollout %q is not a number", v)
 		}
 		rollout = f
 	default:
-		return 0, fmt.Errorf("rollout %v is missing or not a number", params["rollout"])
+		return 0, driver.Errorf("rollout %v is missing or not a number", params["rollout"])
 	}
 	if math.IsNaN(rollout) {
 		return 0, errors.New("rollout is NaN")
@@ -722,7 +722,7 @@ type listener struct{ source *Source }
 
 func (l listener) OnError(err error) {
 	l.source.errs.Add(1)
-	l.source.report(fmt.Errorf("throttlekit: unleashflag: unleash client: %w", err))
+	l.source.report(driver.Errorf("throttlekit: unleashflag: unleash client: %w", err))
 }
 
 func (l listener) OnWarning(error) {}

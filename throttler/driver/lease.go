@@ -43,7 +43,7 @@ type ConcurrencyLimit struct {
 // name is not empty. The error wraps ErrInvalidLimit.
 func NewConcurrencyLimit(name string, max int64, leaseTTL time.Duration) (*ConcurrencyLimit, error) {
 	bad := func(format string, args ...any) (*ConcurrencyLimit, error) {
-		return nil, fmt.Errorf("%w: concurrency limit %q: %s", ErrInvalidLimit, name, fmt.Sprintf(format, args...))
+		return nil, Errorf("%w: concurrency limit %q: %s", ErrInvalidLimit, name, fmt.Sprintf(format, args...))
 	}
 	switch {
 	case name == "":
@@ -91,14 +91,14 @@ type LeaseRequest struct {
 func (r *LeaseRequest) Check() error {
 	switch {
 	case !r.Limit.Valid():
-		return fmt.Errorf("%w: nil or zero concurrency limit (build it with NewConcurrencyLimit)", ErrInvalidLimit)
+		return Errorf("%w: nil or zero concurrency limit (build it with NewConcurrencyLimit)", ErrInvalidLimit)
 	case r.Identifier == "" || len(r.Identifier) > MaxIdentifierLen:
-		return fmt.Errorf("%w: identifier of %d bytes", ErrInvalidOption, len(r.Identifier))
+		return Errorf("%w: identifier of %d bytes", ErrInvalidOption, len(r.Identifier))
 	case r.Lease == "" || len(r.Lease) > MaxLeaseIDLen:
-		return fmt.Errorf("%w: lease ID of %d bytes", ErrInvalidOption, len(r.Lease))
+		return Errorf("%w: lease ID of %d bytes", ErrInvalidOption, len(r.Lease))
 	}
 	if !ClockInRange(r.Now) {
-		return fmt.Errorf("%w: clock reading %v out of range", ErrInvalidOption, r.Now)
+		return Errorf("%w: clock reading %v out of range", ErrInvalidOption, r.Now)
 	}
 	return nil
 }

@@ -147,7 +147,7 @@ func NewLimit(name string, alg Algorithm, max int64, window time.Duration, burst
 		l.Capacity = burst
 	}
 	bad := func(format string, args ...any) (Limit, error) {
-		return Limit{}, fmt.Errorf("%w: %s: %s", ErrInvalidLimit, Notation(alg, max, window, burst), fmt.Sprintf(format, args...))
+		return Limit{}, Errorf("%w: %s: %s", ErrInvalidLimit, Notation(alg, max, window, burst), fmt.Sprintf(format, args...))
 	}
 	switch {
 	case max < 1 || max > MaxQuota:
@@ -263,24 +263,24 @@ type Policy struct {
 // NewLimit. The error wraps ErrInvalidPolicy.
 func NewPolicy(name string, limits ...Limit) (*Policy, error) {
 	if name == "" {
-		return nil, fmt.Errorf("%w: empty name", ErrInvalidPolicy)
+		return nil, Errorf("%w: empty name", ErrInvalidPolicy)
 	}
 	if len(limits) == 0 {
-		return nil, fmt.Errorf("%w: %q has no limits", ErrInvalidPolicy, name)
+		return nil, Errorf("%w: %q has no limits", ErrInvalidPolicy, name)
 	}
 	p := &Policy{Name: name, Key: EscapeKey(name), Limits: append([]Limit(nil), limits...)}
 	seen := make(map[string]bool, len(limits))
 	keys := make(map[string]string, len(limits))
 	for i, l := range p.Limits {
 		if l.Key == "" || l.EmissionMicros == 0 {
-			return nil, fmt.Errorf("%w: %q: limit %d was not built by NewLimit", ErrInvalidPolicy, name, i)
+			return nil, Errorf("%w: %q: limit %d was not built by NewLimit", ErrInvalidPolicy, name, i)
 		}
 		if seen[l.Name] {
-			return nil, fmt.Errorf("%w: %q has two limits named %q", ErrInvalidPolicy, name, l.Name)
+			return nil, Errorf("%w: %q has two limits named %q", ErrInvalidPolicy, name, l.Name)
 		}
 		seen[l.Name] = true
 		if other, dup := keys[l.Key]; dup {
-			return nil, fmt.Errorf("%w: %q: limits %q and %q count the same window with the same algorithm; name them to keep them apart", ErrInvalidPolicy, name, other, l.Name)
+			return nil, Errorf("%w: %q: limits %q and %q count the same window with the same algorithm; name them to keep them apart", ErrInvalidPolicy, name, other, l.Name)
 		}
 		keys[l.Key] = l.Name
 		if i == 0 || l.Capacity < p.Capacity {

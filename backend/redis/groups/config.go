@@ -81,27 +81,27 @@ const contextTimeoutParam = "context_timeout_enabled"
 // quoted part could be a piece of it; positions are safe to print.
 func Parse(config string) ([]Config, error) {
 	if strings.TrimSpace(config) == "" {
-		return nil, fmt.Errorf("%w: no groups (empty configuration)", driver.ErrInvalidOption)
+		return nil, driver.Errorf("%w: no groups (empty configuration)", driver.ErrInvalidOption)
 	}
 	entries := strings.Split(config, ",")
 	shards := make([]Config, 0, len(entries))
 	for i, entry := range entries {
 		entry = strings.TrimSpace(entry)
 		if entry == "" {
-			return nil, fmt.Errorf("%w: entry %d is empty (a stray ',')", driver.ErrInvalidOption, i+1)
+			return nil, driver.Errorf("%w: entry %d is empty (a stray ',')", driver.ErrInvalidOption, i+1)
 		}
 		name, rawURL, ok := strings.Cut(entry, "=")
 		if !ok {
-			return nil, fmt.Errorf("%w: entry %d: missing '=' between group name and URL (a ',' in a password must be written %%2C)", driver.ErrInvalidOption, i+1)
+			return nil, driver.Errorf("%w: entry %d: missing '=' between group name and URL (a ',' in a password must be written %%2C)", driver.ErrInvalidOption, i+1)
 		}
 		name, rawURL = strings.TrimSpace(name), strings.TrimSpace(rawURL)
 		if shardedbackend.CheckName(name) != nil {
-			return nil, fmt.Errorf("%w: entry %d: the group name must be 1 to %d ASCII letters, digits, '.', '_' or '-'",
+			return nil, driver.Errorf("%w: entry %d: the group name must be 1 to %d ASCII letters, digits, '.', '_' or '-'",
 				driver.ErrInvalidOption, i+1, shardedbackend.MaxNameLen)
 		}
 		sc, err := parseShardURL(name, rawURL)
 		if err != nil {
-			return nil, fmt.Errorf("%w: entry %d: %w", driver.ErrInvalidOption, i+1, err)
+			return nil, driver.Errorf("%w: entry %d: %w", driver.ErrInvalidOption, i+1, err)
 		}
 		shards = append(shards, sc)
 	}
@@ -137,7 +137,7 @@ func parseShardURL(name, rawURL string) (Config, error) {
 	for i, raw := range replicas {
 		opts, err := parseReplicaURL(u, raw)
 		if err != nil {
-			return Config{}, fmt.Errorf("replica %d: %w", i, err)
+			return Config{}, driver.Errorf("replica %d: %w", i, err)
 		}
 		opts.ContextTimeoutEnabled = true
 		sc.Replicas = append(sc.Replicas, opts)
@@ -167,7 +167,7 @@ func splitReplicas(rawQuery string) (rest string, replicas []string, err error) 
 		}
 		if key == contextTimeoutParam {
 			if v, err := url.QueryUnescape(value); err != nil || v != "true" && v != "1" {
-				return "", nil, fmt.Errorf("%s: the groups always enable it; leave it out or write true", contextTimeoutParam)
+				return "", nil, driver.Errorf("%s: the groups always enable it; leave it out or write true", contextTimeoutParam)
 			}
 			continue
 		}
@@ -270,7 +270,7 @@ func sameSchemeKind(a, b string) bool {
 // described by its names and addresses, which hold no password.
 func checkLayout(groups []Config, fromString bool) error {
 	if len(groups) == 0 {
-		return fmt.Errorf("%w: no groups", driver.ErrInvalidOption)
+		return driver.Errorf("%w: no groups", driver.ErrInvalidOption)
 	}
 	label := func(i int) string {
 		if fromString {
@@ -289,20 +289,20 @@ func checkLayout(groups []Config, fromString bool) error {
 	for i, g := range groups {
 		if err := shardedbackend.CheckName(g.Name); err != nil {
 			if fromString {
-				return fmt.Errorf("%w: %s: the group name must be 1 to %d ASCII letters, digits, '.', '_' or '-'",
+				return driver.Errorf("%w: %s: the group name must be 1 to %d ASCII letters, digits, '.', '_' or '-'",
 					driver.ErrInvalidOption, label(i), shardedbackend.MaxNameLen)
 			}
-			return fmt.Errorf("%w (group %d)", err, i)
+			return driver.Errorf("%w (group %d)", err, i)
 		}
 		if prev, dup := names[g.Name]; dup {
 			if !fromString {
-				return fmt.Errorf("%w: duplicate group name %q", driver.ErrInvalidOption, g.Name)
+				return driver.Errorf("%w: duplicate group name %q", driver.ErrInvalidOption, g.Name)
 			}
-			return fmt.Errorf("%w: %s has the name of %s", driver.ErrInvalidOption, label(i), label(prev))
+			return driver.Errorf("%w: %s has the name of %s", driver.ErrInvalidOption, label(i), label(prev))
 		}
 		names[g.Name] = i
 		if g.Primary == nil {
-			return fmt.Errorf("%w: %s: nil primary options", driver.ErrInvalidOption, label(i))
+			return driver.Errorf("%w: %s: nil primary options", driver.ErrInvalidOption, label(i))
 		}
 		primaryAddr := address(g.Primary)
 		if err := claim(owner, primaryAddr, label(i)+" primary", shown(primaryAddr)); err != nil {
@@ -310,11 +310,11 @@ func checkLayout(groups []Config, fromString bool) error {
 		}
 		for j, r := range g.Replicas {
 			if r == nil {
-				return fmt.Errorf("%w: %s: nil options for replica %d", driver.ErrInvalidOption, label(i), j)
+				return driver.Errorf("%w: %s: nil options for replica %d", driver.ErrInvalidOption, label(i), j)
 			}
 			addr := address(r)
 			if addr == primaryAddr {
-				return fmt.Errorf("%w: %s: replica %d has the primary's address", driver.ErrInvalidOption, label(i), j)
+				return driver.Errorf("%w: %s: replica %d has the primary's address", driver.ErrInvalidOption, label(i), j)
 			}
 			if err := claim(owner, addr, fmt.Sprintf("%s replica %d", label(i), j), shown(addr)); err != nil {
 				return err
@@ -327,7 +327,7 @@ func checkLayout(groups []Config, fromString bool) error {
 // claim records that who uses addr, or reports who already does.
 func claim(owner map[string]string, addr, who, shown string) error {
 	if prev, taken := owner[addr]; taken {
-		return fmt.Errorf("%w: %s is used twice: by %s and by %s", driver.ErrInvalidOption, shown, prev, who)
+		return driver.Errorf("%w: %s is used twice: by %s and by %s", driver.ErrInvalidOption, shown, prev, who)
 	}
 	owner[addr] = who
 	return nil

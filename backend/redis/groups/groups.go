@@ -69,7 +69,7 @@ func newGroups(groups []Config, fromString bool, opts []Option) (*shardedbackend
 	var o options
 	for _, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("%w: redisgroups: nil Option", driver.ErrInvalidOption)
+			return nil, driver.Errorf("%w: redisgroups: nil Option", driver.ErrInvalidOption)
 		}
 		if err := opt.apply(&o); err != nil {
 			return nil, err
@@ -166,7 +166,7 @@ func invalidAt(where string, err error) error {
 	if errors.Is(err, driver.ErrInvalidOption) {
 		return &placedError{where: where, err: err}
 	}
-	return fmt.Errorf("%w: %s: %w", driver.ErrInvalidOption, where, err)
+	return driver.Errorf("%w: %s: %w", driver.ErrInvalidOption, where, err)
 }
 
 // placedError is an ErrInvalidOption error err, told where it happened.
