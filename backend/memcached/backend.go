@@ -150,9 +150,6 @@ func New(client *memcache.Client, opts ...Option) (*Backend, error) {
 // DefaultMaxIdleConns connections kept per server. The error wraps
 // driver.ErrInvalidOption.
 func NewClient(timeout time.Duration, servers ...string) (*memcache.Client, error) {
-	if len(servers) == 0 {
-		return nil, driver.Errorf("%w: no servers", driver.ErrInvalidOption)
-	}
 	sel, err := NewRendezvousSelector(servers...)
 	if err != nil {
 		return nil, err

@@ -1,14 +1,17 @@
 package memcachedbackend
 
 import (
-	"github.com/throttlekit/throttlekit/throttler/driver"
+	"errors"
+	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/throttlekit/throttlekit/internal/hrw"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // RendezvousSelector is a gomemcache ServerSelector that places keys by
@@ -49,25 +52,61 @@ func NewRendezvousSelector(servers ...string) (*RendezvousSelector, error) {
 }
 
 // SetServers replaces the server list. On error (wrapping driver.ErrInvalidOption)
-// the list is left as it was. Keys held by servers that stay keep their
-// place unless a newcomer outscores it.
+// the list is left as it was: an empty list, an entry that is empty, has no
+// host or no port, or a port outside 1 to 65535 (what an unset environment
+// variable gives: "" or "127.0.0.1:"), and an entry listed twice are
+// refused, so that a mistake is an error here and not a client whose every
+// call fails. Keys held by servers that stay keep their place unless a
+// newcomer outscores it.
 func (s *RendezvousSelector) SetServers(servers ...string) error {
+	if len(servers) == 0 {
+		return driver.Errorf("%w: memcached: servers: empty list (want host:port or a Unix socket path)", driver.ErrInvalidOption)
+	}
 	list := make([]rendezvousServer, 0, len(servers))
 	seen := make(map[string]bool, len(servers))
-	for _, name := range servers {
+	for i, name := range servers {
 		if seen[name] {
-			return driver.Errorf("%w: %q listed twice", driver.ErrInvalidOption, name)
+			return driver.Errorf("%w: memcached: servers[%d]: %q listed twice", driver.ErrInvalidOption, i, name)
 		}
 		seen[name] = true
+		if err := checkServerName(name); err != nil {
+			return driver.Errorf("%w: memcached: servers[%d] %q: %w", driver.ErrInvalidOption, i, name, err)
+		}
 		addr, err := resolve(name)
 		if err != nil {
-			return driver.Errorf("%w: %q: %w", driver.ErrInvalidOption, name, err)
+			return driver.Errorf("%w: memcached: servers[%d] %q: %w", driver.ErrInvalidOption, i, name, err)
 		}
 		list = append(list, rendezvousServer{addr: addr, seed: hrw.Hash(name)})
 	}
 	s.mu.Lock()
 	s.servers = list
 	s.mu.Unlock()
+	return nil
+}
+
+// checkServerName refuses a server name that cannot reach a server although
+// net.ResolveTCPAddr accepts it: "" (every call would dial the local host's
+// port 0), no host, or a missing or zero port.
+func checkServerName(name string) error {
+	if name == "" {
+		return errors.New("empty (an unset variable?); want host:port")
+	}
+	if strings.Contains(name, "/") {
+		return nil // a Unix socket path
+	}
+	host, port, err := net.SplitHostPort(name)
+	if err != nil {
+		return errors.New("want host:port")
+	}
+	if host == "" {
+		return errors.New("no host; want host:port")
+	}
+	if port == "" {
+		return errors.New("no port; want host:port (memcached listens on 11211)")
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
+	}
 	return nil
 }
 

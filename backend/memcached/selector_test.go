@@ -2,13 +2,16 @@ package memcachedbackend
 
 import (
 	"fmt"
-	"github.com/throttlekit/throttlekit/internal/testkit"
 	"net"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
@@ -142,4 +145,40 @@ func TestRouteOf(t *testing.T) {
 	assert.Equal(t, "tk:p:a%7Cb", routeOf(k.window(0)), "a '|' in an identifier is escaped")
 	assert.Equal(t, "foreign-key", routeOf("foreign-key"))
 	assert.Equal(t, driver.EscapeKey("|#"), "%7C%23")
+}
+
+// A server list that cannot reach a server (what an unset environment
+// variable gives, a typo in a port) is refused by NewClient and by the
+// selector, with the entry and what is wrong with it, never accepted as a
+// client whose every call fails.
+func TestNewClientRefusesUnusableServers(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		servers []string
+		want    string
+	}{
+		{"no servers", nil, "memcached: servers: empty list"},
+		{"empty entry", []string{""}, `memcached: servers[0] "": empty (an unset variable?)`},
+		{"empty port", []string{"127.0.0.1:"}, `memcached: servers[0] "127.0.0.1:": no port`},
+		{"no port", []string{"10.0.0.1:11211", "10.0.0.2"}, `memcached: servers[1] "10.0.0.2": want host:port`},
+		{"no host", []string{":11211"}, `memcached: servers[0] ":11211": no host`},
+		{"port zero", []string{"127.0.0.1:0"}, `port "0" is not a number from 1 to 65535`},
+		{"port too large", []string{"127.0.0.1:65536"}, `port "65536" is not a number from 1 to 65535`},
+		{"port not a number", []string{"127.0.0.1:memcache"}, `port "memcache" is not a number`},
+		{"listed twice", []string{"127.0.0.1:11211", "127.0.0.1:11211"}, `servers[1]: "127.0.0.1:11211" listed twice`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := NewClient(time.Second, tc.servers...)
+			assert.Nil(t, c)
+			require.ErrorIs(t, err, driver.ErrInvalidOption)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Equal(t, 1, strings.Count(err.Error(), "throttlekit:"), err.Error())
+			_, err = NewRendezvousSelector(tc.servers...)
+			assert.ErrorIs(t, err, driver.ErrInvalidOption)
+		})
+	}
+	for _, ok := range [][]string{{"127.0.0.1:11211"}, {"[::1]:11211"}, {"localhost:1", "/run/memcached.sock"}} {
+		_, err := NewClient(time.Second, ok...)
+		assert.NoError(t, err, "%q", ok)
+	}
 }

@@ -13,7 +13,9 @@ const ErrorPrefix = "throttlekit: "
 // whose text starts with ErrorPrefix (a sentinel, or an error another
 // package of the module returned) is written without it, except when format
 // begins with that argument ("%w: ..."): then it is the message's own
-// prefix. Wrapping is unchanged: errors.Is and errors.As see every %w
+// prefix. A message that took the prefix off an argument and does not start
+// with it gets it in front, so that "policy %q: %w" still reads as the
+// module's. Wrapping is unchanged: errors.Is and errors.As see every %w
 // argument, as they do through fmt.Errorf.
 //
 // Without it, a rollout over a memcached backend behind the throttler said
@@ -21,8 +23,7 @@ const ErrorPrefix = "throttlekit: "
 // throttlekit: memcached: get: ...": three prefixes for one failure.
 //
 // A whole message starts with the prefix and the package's name
-// ("throttlekit: redis: ...") or with a sentinel ("%w: redis: ..."); a
-// fragment that another error will wrap ("replica %d: %w") has neither.
+// ("throttlekit: redis: ...") or with a sentinel ("%w: redis: ...").
 func Errorf(format string, args ...any) error {
 	copied := false
 	for i, a := range args {
@@ -36,7 +37,11 @@ func Errorf(format string, args ...any) error {
 			args[i] = &unprefixed{err}
 		}
 	}
-	return fmt.Errorf(format, args...)
+	err := fmt.Errorf(format, args...)
+	if copied && !strings.HasPrefix(err.Error(), ErrorPrefix) {
+		return &prefixed{msg: ErrorPrefix + err.Error(), err: err}
+	}
+	return err
 }
 
 // unprefixed is an error said without its leading ErrorPrefix.
@@ -44,3 +49,13 @@ type unprefixed struct{ err error }
 
 func (u *unprefixed) Error() string { return strings.TrimPrefix(u.err.Error(), ErrorPrefix) }
 func (u *unprefixed) Unwrap() error { return u.err }
+
+// prefixed is an Errorf message that gained ErrorPrefix in front, over the
+// fmt.Errorf error that errors.Is and errors.As walk.
+type prefixed struct {
+	msg string
+	err error
+}
+
+func (p *prefixed) Error() string { return p.msg }
+func (p *prefixed) Unwrap() error { return p.err }
