@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -201,6 +202,9 @@ func (t *Throttler) leaser(l *ConcurrencyLimit, id string) (driver.Leaser, error
 	}
 	if err := l.validate(); err != nil {
 		return nil, err
+	}
+	if t.local == nil && l.over.failureSet && l.over.failure == FailLocal {
+		return nil, errLocalWithoutFallback(fmt.Sprintf("concurrency limit %q", l.Name()))
 	}
 	if len(id) == 0 || len(id) > driver.MaxIdentifierLen {
 		return nil, driver.Errorf("%w: length %d, want 1 to %d bytes", ErrInvalidIdentifier, len(id), driver.MaxIdentifierLen)

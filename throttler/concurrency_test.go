@@ -128,7 +128,6 @@ func TestLeaseFailureModes(t *testing.T) {
 	}{
 		{throttler.FailOpen, true, 1, 0},
 		{throttler.FailClosed, false, 3, time.Second},
-		{throttler.FailLocal, false, 3, time.Second}, // no local store: closed
 	} {
 		t.Run(c.mode.String(), func(t *testing.T) {
 			rec := &recorder{}

@@ -51,19 +51,33 @@ func TestLocalFallbackKeepsAbusersLimited(t *testing.T) {
 	assert.True(t, r.Allowed)
 }
 
-// A policy may choose FailLocal on a throttler without a local store: it
-// then fails closed, and a throttler-wide FailOpen still applies to other
-// policies.
-func TestFailLocalWithoutAStoreFailsClosed(t *testing.T) {
+// FailLocal without a local store would deny every request during an
+// outage: New refuses it, and a policy or concurrency limit that chose it
+// is refused by a throttler without one, at its first call and before any
+// backend call, naming both settings. A throttler-wide FailOpen still
+// applies to other policies.
+func TestFailLocalWithoutAStoreIsRefused(t *testing.T) {
 	ctx := context.Background()
-	th := testkit.Throttler(t, failing{}, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithLogger(nil))
-	r, err := th.Allow(ctx, policy(t, "10/min", throttler.WithFailureMode(throttler.FailLocal)), "u")
+	th, err := throttler.New(memorybackend.New(), throttler.WithFailureMode(throttler.FailLocal))
+	assert.Nil(t, th)
+	require.ErrorIs(t, err, throttler.ErrInvalidOption)
+	assert.EqualError(t, err, "throttlekit: invalid option: New: WithFailureMode(FailLocal) needs WithLocalFallback on the throttler"+
+		" (the in-process store FailLocal decides with); without it every request would be denied during an outage")
+
+	th = testkit.Throttler(t, failing{}, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithLogger(nil))
+	p := policy(t, "10/min", throttler.WithFailureMode(throttler.FailLocal))
+	_, err = th.Allow(ctx, p, "u")
+	require.ErrorIs(t, err, throttler.ErrInvalidOption)
+	assert.Contains(t, err.Error(), `policy "`+p.Name()+`": WithFailureMode(FailLocal) needs WithLocalFallback`)
+	_, err = th.Peek(ctx, p, "u")
+	assert.ErrorIs(t, err, throttler.ErrInvalidOption)
+	_, err = th.Acquire(ctx, concurrency(t, 3, throttler.WithFailureMode(throttler.FailLocal)), "u")
+	require.ErrorIs(t, err, throttler.ErrInvalidOption)
+	assert.Contains(t, err.Error(), `concurrency limit "`)
+
+	r, err := th.Allow(ctx, policy(t, "10/min"), "u")
 	require.NoError(t, err)
 	assert.True(t, r.Degraded)
-	assert.False(t, r.Allowed)
-	assert.False(t, r.Local)
-	r, err = th.Allow(ctx, policy(t, "10/min"), "u")
-	require.NoError(t, err)
 	assert.True(t, r.Allowed)
 }
 

@@ -24,8 +24,12 @@ const (
 	FailClosed
 	// FailLocal decides in process while the backend fails, with the same
 	// policy scaled down to this process's share (WithLocalFallback), so
-	// that an abusive client stays limited and the others pass. Without
-	// WithLocalFallback it fails closed.
+	// that an abusive client stays limited and the others pass. It needs
+	// WithLocalFallback on the throttler: New refuses it without one, and
+	// so does every call with a policy or concurrency limit that chose it
+	// on a throttler without one (ErrInvalidOption), rather than deny every
+	// request during an outage. When the local store fails too, it fails
+	// closed.
 	FailLocal
 )
 
@@ -180,6 +184,13 @@ func WithLocalFallback(local driver.Backend, processes int) Option {
 		}
 		return nil
 	}}
+}
+
+// errLocalWithoutFallback is the error for FailLocal chosen by what (the
+// throttler, or a policy) where the throttler has no WithLocalFallback.
+func errLocalWithoutFallback(what string) error {
+	return driver.Errorf("%w: %s: WithFailureMode(FailLocal) needs WithLocalFallback on the throttler (the in-process store FailLocal decides with); without it every request would be denied during an outage",
+		ErrInvalidOption, what)
 }
 
 func applyOptions(s *settings, opts []Option) error {

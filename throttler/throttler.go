@@ -3,6 +3,7 @@ package throttler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"reflect"
 	"strings"
@@ -54,6 +55,9 @@ func New(b driver.Backend, opts ...Option) (*Throttler, error) {
 	s := settings{clock: wallClock{}, timeout: DefaultCallTimeout}
 	if err := applyOptions(&s, opts); err != nil {
 		return nil, err
+	}
+	if s.failure == FailLocal && s.local == nil {
+		return nil, errLocalWithoutFallback("New")
 	}
 	t := &Throttler{backend: b, clock: s.clock, timeout: s.timeout, failure: s.failure,
 		observers: s.observers, denies: s.denyCache, local: s.local, processes: s.processes}
@@ -238,6 +242,9 @@ func (t *Throttler) check(p *Policy, id string, cost int64) error {
 	}
 	if err := p.validate(); err != nil {
 		return err
+	}
+	if t.local == nil && p.over.failureSet && p.over.failure == FailLocal {
+		return errLocalWithoutFallback(fmt.Sprintf("policy %q", p.Name()))
 	}
 	if len(id) == 0 || len(id) > driver.MaxIdentifierLen {
 		return driver.Errorf("%w: length %d, want 1 to %d bytes", ErrInvalidIdentifier, len(id), driver.MaxIdentifierLen)
