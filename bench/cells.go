@@ -183,7 +183,9 @@ func cells(e *env) []cell {
 		if err != nil {
 			return nil, nil, err
 		}
-		d, err := throttlekit(b, specOne)
+		// The client's Timeout may not exceed the call timeout
+		// (memcachedbackend.Backend.CheckConfig).
+		d, err := throttlekit(b, specOne, throttler.WithCallTimeout(time.Second))
 		return d, func() { _ = client.Close() }, err
 	}})
 	return out

@@ -574,6 +574,21 @@ func (b *Backend) Close() error {
 	return errors.Join(errs[:]...)
 }
 
+// CheckConfig implements driver.ConfigChecker: it asks both backends, each
+// that implements it, and joins their errors, each naming its side.
+func (b *Backend) CheckConfig(callTimeout time.Duration) error {
+	if b == nil {
+		return nil
+	}
+	var errs [2]error
+	for side, backend := range b.backends {
+		if err := driver.CheckConfig(backend, callTimeout); err != nil {
+			errs[side] = driver.Errorf("throttlekit: rollout: %s backend: %w", Side(side), err)
+		}
+	}
+	return errors.Join(errs[:]...)
+}
+
 // SetLogger implements driver.LoggerSetter: it passes l to both backends
 // and to the flag source, each that implements driver.LoggerSetter. The
 // Backend logs nothing of its own: secondary failures go to the handler of
@@ -612,8 +627,9 @@ var (
 	_ driver.Leaser   = (*Backend)(nil)
 	_ driver.Seeder   = (*Backend)(nil)
 
-	_ driver.Nonblocking  = (*Backend)(nil)
-	_ driver.LoggerSetter = (*Backend)(nil)
+	_ driver.Nonblocking   = (*Backend)(nil)
+	_ driver.LoggerSetter  = (*Backend)(nil)
+	_ driver.ConfigChecker = (*Backend)(nil)
 )
 
 // counters are the Backend's statistics. Split mode touches none of them on

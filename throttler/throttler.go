@@ -59,6 +59,12 @@ func New(b driver.Backend, opts ...Option) (*Throttler, error) {
 	if s.failure == FailLocal && s.local == nil {
 		return nil, errLocalWithoutFallback("New")
 	}
+	if err := driver.CheckConfig(b, s.timeout); err != nil {
+		return nil, err
+	}
+	if err := driver.CheckConfig(s.local, s.timeout); err != nil {
+		return nil, driver.Errorf("WithLocalFallback: %w", err)
+	}
 	t := &Throttler{backend: b, clock: s.clock, timeout: s.timeout, failure: s.failure,
 		observers: s.observers, denies: s.denyCache, local: s.local, processes: s.processes}
 	logger := s.logger

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/throttlekit/throttlekit/throttler/driver"
 )
@@ -219,6 +220,15 @@ func (b *Backend) SetLogger(l *slog.Logger) {
 	}
 }
 
+// CheckConfig implements driver.ConfigChecker: it asks the wrapped
+// backend, when that implements it.
+func (b *Backend) CheckConfig(callTimeout time.Duration) error {
+	if b == nil {
+		return nil
+	}
+	return driver.CheckConfig(b.next, callTimeout)
+}
+
 // Close implements driver.Closer: it closes the wrapped backend when that
 // is a Closer.
 func (b *Backend) Close() error {
@@ -241,6 +251,7 @@ var (
 	_ driver.Leaser   = (*Backend)(nil)
 	_ driver.Seeder   = (*Backend)(nil)
 
-	_ driver.Nonblocking  = (*Backend)(nil)
-	_ driver.LoggerSetter = (*Backend)(nil)
+	_ driver.Nonblocking   = (*Backend)(nil)
+	_ driver.LoggerSetter  = (*Backend)(nil)
+	_ driver.ConfigChecker = (*Backend)(nil)
 )

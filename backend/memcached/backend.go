@@ -163,6 +163,27 @@ func NewClient(timeout time.Duration, servers ...string) (*memcache.Client, erro
 	return c, nil
 }
 
+// CheckConfig implements driver.ConfigChecker: the client's Timeout must
+// be at most the throttler's call timeout. gomemcache takes no context, so
+// each round trip runs its whole Timeout whatever the call's deadline, and
+// a longer Timeout makes every call against a silent server last it
+// instead of the call timeout (see "Timeouts and contexts" in the package
+// documentation). A zero callTimeout (calls bound by the caller's context
+// alone) accepts any Timeout. A Backend New did not build passes: its calls
+// fail with ErrNotInitialized.
+func (b *Backend) CheckConfig(callTimeout time.Duration) error {
+	if b.ready() != nil {
+		return nil
+	}
+	if client := b.giveBackBudget(); callTimeout > 0 && client > callTimeout {
+		return driver.Errorf("%w: memcached: client Timeout %v is longer than the throttler's call timeout %v (WithCallTimeout): keep it at most the call timeout, as NewClient(timeout, ...) sets it",
+			driver.ErrInvalidOption, client, callTimeout)
+	}
+	return nil
+}
+
+var _ driver.ConfigChecker = (*Backend)(nil)
+
 // Stats are a Backend's counters since it was built.
 type Stats struct {
 	// RoundTrips counts requests sent to servers: one per gomemcache call

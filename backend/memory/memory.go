@@ -39,6 +39,8 @@ var (
 	_ driver.Taker       = (*Backend)(nil)
 	_ driver.Leaser      = (*Backend)(nil)
 	_ driver.Seeder      = (*Backend)(nil)
+
+	_ driver.ConfigChecker = (*Backend)(nil)
 )
 
 // Clock is where the backend reads the time its garbage collection runs on;
@@ -53,12 +55,15 @@ func (wallClock) Now() time.Time { return time.Now() }
 // concurrency: one identifier's states are read, decided and written under
 // one lock. The zero value is not usable; call New.
 type Backend struct {
-	seed   maphash.Seed
-	max    int64
-	sweep  Clock
-	held   atomic.Int64
-	swept  atomic.Int64 // sweep-clock time (Unix ms) of the last sweep of every shard
-	shards [shardCount]shard
+	seed  maphash.Seed
+	max   int64
+	sweep Clock
+	// configErr is the error of the first option New could not apply:
+	// every call returns it (see Option).
+	configErr error
+	held      atomic.Int64
+	swept     atomic.Int64 // sweep-clock time (Unix ms) of the last sweep of every shard
+	shards    [shardCount]shard
 }
 
 type shard struct {
@@ -191,8 +196,10 @@ func (ie *idEntry) sweep(cutoff int64) int {
 	return n
 }
 
-// Option configures a Backend (New). The options of this package cannot
-// fail: a value out of range means the default, so that New needs no error.
+// Option configures a Backend (New). New has no error result, so an option
+// out of range is kept as the Backend's configuration error: CheckConfig
+// returns it (throttler.New and WithLocalFallback's throttler refuse the
+// Backend) and every call fails with it.
 type Option interface {
 	apply(*Backend) error
 }
@@ -221,9 +228,17 @@ func WithSweepClock(c Clock) Option {
 // most once per second of the sweep clock); if
 // nothing can be swept, that request fails with ErrFull and its policy's
 // failure mode decides it. Pairs already held are never evicted, so a flood
-// of new identifiers cannot reset anybody's count. A negative n means 0.
+// of new identifiers cannot reset anybody's count. A negative n is a
+// configuration error (see Option): it is more likely a bug than a wish for
+// no bound, which is 0.
 func WithMaxIdentifiers(n int) Option {
-	return optionFunc(func(b *Backend) error { b.max = int64(max(n, 0)); return nil })
+	return optionFunc(func(b *Backend) error {
+		if n < 0 {
+			return driver.Errorf("%w: memory: WithMaxIdentifiers(%d) is negative; 0 means no bound", driver.ErrInvalidOption, n)
+		}
+		b.max = int64(n)
+		return nil
+	})
 }
 
 // New returns an empty Backend.
@@ -231,8 +246,11 @@ func New(opts ...Option) *Backend {
 	b := &Backend{seed: maphash.MakeSeed(), sweep: wallClock{}}
 	b.swept.Store(neverSwept)
 	for _, opt := range opts {
-		if opt != nil {
-			_ = opt.apply(b) // cannot fail: see Option
+		if opt == nil {
+			continue
+		}
+		if err := opt.apply(b); err != nil && b.configErr == nil {
+			b.configErr = err
 		}
 	}
 	if b.sweep == nil {
@@ -245,7 +263,18 @@ func (b *Backend) ready() error {
 	if b == nil || b.sweep == nil {
 		return driver.Errorf("%w: memory: Backend not built by New", driver.ErrNotInitialized)
 	}
-	return nil
+	return b.configErr
+}
+
+// CheckConfig implements driver.ConfigChecker: it returns the error of the
+// first option New could not apply (ErrInvalidOption), or nil. The call
+// timeout does not matter to a store in process. A Backend New did not
+// build passes: its calls fail with ErrNotInitialized.
+func (b *Backend) CheckConfig(time.Duration) error {
+	if b == nil {
+		return nil
+	}
+	return b.configErr
 }
 
 // check reports what makes req unusable: a Backend not built by New, a

@@ -232,3 +232,28 @@ func TestZeroBackendFailsWithoutPanicking(t *testing.T) {
 	_, err = throttler.New(nilBackend)
 	assert.ErrorIs(t, err, throttler.ErrNotInitialized)
 }
+
+// A negative bound is a mistake, not a wish for no bound (that is 0): New
+// keeps it as the Backend's configuration error, throttler.New refuses the
+// Backend (directly, as a local fallback, or inside a decorator), and a
+// call made on it anyway fails with it instead of deciding unbounded.
+func TestNegativeMaxIdentifiersIsAnError(t *testing.T) {
+	b := memorybackend.New(memorybackend.WithMaxIdentifiers(-1))
+	const want = "throttlekit: invalid option: memory: WithMaxIdentifiers(-1) is negative; 0 means no bound"
+	require.ErrorIs(t, b.CheckConfig(throttler.DefaultCallTimeout), driver.ErrInvalidOption)
+	assert.EqualError(t, b.CheckConfig(0), want)
+
+	th, err := throttler.New(b)
+	assert.Nil(t, th)
+	require.ErrorIs(t, err, throttler.ErrInvalidOption)
+	assert.EqualError(t, err, want)
+	_, err = throttler.New(memorybackend.New(), throttler.WithLocalFallback(b, 2))
+	require.ErrorIs(t, err, throttler.ErrInvalidOption)
+	assert.EqualError(t, err, "throttlekit: WithLocalFallback: invalid option: memory: WithMaxIdentifiers(-1) is negative; 0 means no bound")
+
+	p := testkit.Policy(t, "api", "3/min")
+	_, err = b.Decide(context.Background(), driver.Request{Policy: testkit.Compile(t, p), Identifier: "x", Cost: 1, Now: t0})
+	assert.ErrorIs(t, err, driver.ErrInvalidOption)
+
+	assert.NoError(t, memorybackend.New(memorybackend.WithMaxIdentifiers(0)).CheckConfig(0))
+}

@@ -98,8 +98,9 @@ var (
 	_ driver.Leaser   = (*Backend)(nil)
 	_ driver.Seeder   = (*Backend)(nil)
 
-	_ driver.Nonblocking  = (*Backend)(nil)
-	_ driver.LoggerSetter = (*Backend)(nil)
+	_ driver.Nonblocking   = (*Backend)(nil)
+	_ driver.LoggerSetter  = (*Backend)(nil)
+	_ driver.ConfigChecker = (*Backend)(nil)
 )
 
 // Option configures a Backend (New).
@@ -491,6 +492,27 @@ func (b *Backend) Ping(ctx context.Context) error {
 		all = append(all, shardErrs...)
 	}
 	return errors.Join(all...)
+}
+
+// CheckConfig implements driver.ConfigChecker: it asks every primary and
+// replica that implements it, and joins their errors, each naming its
+// shard.
+func (b *Backend) CheckConfig(callTimeout time.Duration) error {
+	if b == nil {
+		return nil
+	}
+	var errs []error
+	for _, s := range b.shards {
+		if err := driver.CheckConfig(s.primary, callTimeout); err != nil {
+			errs = append(errs, driver.Errorf("throttlekit: sharded: shard %q: primary: %w", s.name, err))
+		}
+		for i, r := range s.replicas {
+			if err := driver.CheckConfig(r, callTimeout); err != nil {
+				errs = append(errs, driver.Errorf("throttlekit: sharded: shard %q: replica %d: %w", s.name, i, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // SetLogger implements driver.LoggerSetter: it passes l to every primary

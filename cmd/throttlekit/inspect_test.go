@@ -274,7 +274,7 @@ func TestExplainKeysExistOnServers(t *testing.T) {
 	mb, err := memcachedbackend.New(mc, memcachedbackend.WithPrefix("app:"))
 	require.NoError(t, err)
 	for _, b := range []driver.Backend{rb, mb} {
-		th, err := throttler.New(b, throttler.WithLogger(nil))
+		th, err := throttler.New(b, throttler.WithLogger(nil), throttler.WithCallTimeout(time.Second))
 		require.NoError(t, err)
 		res, err := th.Allow(ctx, policy, id)
 		require.NoError(t, err)

@@ -12,6 +12,14 @@ import (
 // that rounding slips show.
 var T0 = time.Date(2030, 1, 2, 3, 4, 5, 678_000_000, time.UTC)
 
+// CallTimeout is the call timeout of a test whose throttler decides
+// through a real server and that proves a property, not a latency: far
+// above throttler.DefaultCallTimeout, so that a -race run on a loaded
+// machine never turns a slow answer into a degraded result, as
+// conformance.DefaultCallTimeout does for the suite. A test that measures
+// timing keeps the production timeout.
+const CallTimeout = 10 * time.Second
+
 // Policy parses spec (ParsePolicy's notation) into a policy named name.
 func Policy(tb testing.TB, name, spec string, opts ...throttler.Option) *throttler.Policy {
 	tb.Helper()
