@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 
 	shardedbackend "github.com/throttlekit/throttlekit/backend/sharded"
@@ -118,7 +119,10 @@ func parseShardURL(name, rawURL string) (Config, error) {
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return Config{}, errors.New("the URL does not parse (special characters in a password must be percent-encoded)")
+		return Config{}, urlProblem(rawURL, err)
+	}
+	if err := checkHostPort(u); err != nil {
+		return Config{}, err
 	}
 	if u.Fragment != "" || strings.Contains(rawURL, "#") {
 		return Config{}, errors.New("unexpected fragment (a '#' must be written %23)")
@@ -201,7 +205,10 @@ func splitReplicas(rawQuery string) (rest string, replicas []string, err error) 
 func parseReplicaURL(primary *url.URL, raw string) (*goredis.Options, error) {
 	r, err := url.Parse(raw)
 	if err != nil {
-		return nil, errors.New("the URL does not parse (special characters in a password must be percent-encoded)")
+		return nil, urlProblem(raw, err)
+	}
+	if err := checkHostPort(r); err != nil {
+		return nil, err
 	}
 	if !sameSchemeKind(primary.Scheme, r.Scheme) {
 		return nil, errors.New("its scheme does not fit the primary's (redis or rediss beside redis or rediss, unix beside unix)")
@@ -238,24 +245,82 @@ func parseReplicaURL(primary *url.URL, raw string) (*goredis.Options, error) {
 	return opts, nil
 }
 
+// urlProblem says what url.Parse rejected without its message, which
+// quotes the URL, password included. A missing scheme or a bad port is said
+// as such; a password is suspected only in a URL that has user info (an
+// '@'), where an unescaped '/' in it makes the rest read as a port.
+func urlProblem(raw string, err error) error {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "missing protocol scheme"), strings.Contains(msg, "first path segment in URL cannot contain colon"):
+		return errors.New("no scheme: write redis://host:port (or rediss://, unix://)")
+	case strings.Contains(msg, "invalid port") && strings.Contains(raw, "@"):
+		return errors.New("the port is not a number from 1 to 65535 (or a password holding '/', '?' or '#' that is not percent-encoded)")
+	case strings.Contains(msg, "invalid port"):
+		return errors.New("the port is not a number from 1 to 65535")
+	case strings.Contains(msg, "in host name"):
+		return errors.New("invalid character in the host")
+	case strings.Contains(msg, "invalid URL escape"):
+		return errors.New("malformed percent-escape (a '%' in a password must be written %25)")
+	case strings.Contains(msg, "invalid userinfo"):
+		return errors.New("invalid user or password (special characters in a password must be percent-encoded)")
+	}
+	return errors.New("the URL does not parse (special characters in a password must be percent-encoded)")
+}
+
+// checkHostPort refuses what go-redis would silently replace with its
+// defaults, as an unset variable leaves it: "redis://:6379" (go-redis
+// dials localhost), "redis://host:" (port 6379), a port out of range, and a
+// URL without "//" ("localhost:6379" reads as the scheme "localhost").
+func checkHostPort(u *url.URL) error {
+	switch {
+	case u.Opaque != "":
+		return errors.New("no scheme: write redis://host:port (or rediss://, unix://)")
+	case u.Scheme == "unix":
+		return nil
+	case u.Scheme != "redis" && u.Scheme != "rediss":
+		return nil // goRedisProblem says it
+	case u.Hostname() == "":
+		return errors.New("no host: write redis://host:port")
+	case strings.HasSuffix(u.Host, ":"):
+		return errors.New("no port after ':' (an unset variable?): write redis://host:port")
+	}
+	if port := u.Port(); port != "" {
+		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+			return errors.New("the port is not a number from 1 to 65535")
+		}
+	}
+	return nil
+}
+
 // goRedisProblem says what go-redis's ParseURL rejected without its
-// message, which quotes the offending part of the URL.
+// message, which may quote a value; a query parameter is named.
 func goRedisProblem(err error) error {
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "scheme"):
 		return errors.New("unsupported URL scheme (want redis, rediss or unix)")
+	case strings.Contains(msg, "invalid database number: strconv"):
+		return errors.New("query parameter \"db\": not a database number")
 	case strings.Contains(msg, "database"), strings.Contains(msg, "URL path"):
 		return errors.New("invalid database number in the URL path")
 	case strings.Contains(msg, "unix socket"):
 		return errors.New("empty unix socket path")
 	case strings.Contains(msg, "unexpected option"):
+		// Not named: a password holding an unescaped '?' ends up here as a
+		// parameter name.
 		return errors.New("unknown query parameter (go-redis options such as dial_timeout, max_retries, db)")
-	case strings.Contains(msg, "number"), strings.Contains(msg, "duration"), strings.Contains(msg, "boolean"):
-		return errors.New("a query parameter has a value go-redis cannot read")
+	case strings.Contains(msg, " number:"), strings.Contains(msg, " duration:"), strings.Contains(msg, " boolean:"):
+		// "redis: invalid <name> number: ...": the name, one of go-redis's
+		// own option names, and not the value.
+		rest := strings.TrimPrefix(msg, "redis: invalid ")
+		name, kind, _ := strings.Cut(rest, " ")
+		kind, _, _ = strings.Cut(kind, ":")
+		return fmt.Errorf("query parameter %q: go-redis cannot read its value as a %s", name, kind)
 	}
 	return errors.New("go-redis rejects the URL (scheme, host, port, database or a parameter)")
 }
+
 
 func sameSchemeKind(a, b string) bool {
 	tcp := func(s string) bool { return s == "redis" || s == "rediss" }

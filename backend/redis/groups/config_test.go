@@ -124,13 +124,21 @@ func TestParseConfigErrors(t *testing.T) {
 		{"long name", strings.Repeat("x", 65) + "=redis://h1", []string{"entry 1", "1 to 64"}},
 		{"duplicate name", "a=redis://h1,b=redis://h2,a=redis://h3", []string{"entry 3 has the name of entry 1"}},
 		{"empty URL", "a=", []string{"entry 1", "empty URL"}},
-		{"no scheme", "a=10.0.0.1:6379", []string{"entry 1"}},
+		{"no scheme", "a=10.0.0.1:6379", []string{"entry 1", "no scheme: write redis://host:port"}},
+		{"no scheme, a name", "a=localhost:6379", []string{"entry 1", "no scheme: write redis://host:port"}},
+		{"no host", "a=redis://:6379", []string{"entry 1", "no host: write redis://host:port"}},
+		{"empty port", "a=redis://h1:", []string{"entry 1", "no port after ':' (an unset variable?)"}},
+		{"port zero", "a=redis://h1:0", []string{"entry 1", "the port is not a number from 1 to 65535"}},
+		{"port too large", "a=redis://h1:70000", []string{"entry 1", "the port is not a number from 1 to 65535"}},
+		{"replica port too large", "a=redis://h1?replica=redis://h2:70000", []string{"entry 1", "replica 0", "the port is not a number"}},
+		{"bad database parameter", "a=redis://h1?db=x", []string{"entry 1", `query parameter "db": not a database number`}},
+		{"bad number", "a=redis://h1?max_retries=many", []string{"entry 1", `query parameter "max_retries": go-redis cannot read its value as a number`}},
 		{"bad scheme", "a=http://h1:6379", []string{"entry 1", "unsupported URL scheme"}},
-		{"bad port", "b=redis://h1:notaport", []string{"entry 1", "does not parse"}},
+		{"bad port", "b=redis://h1:notaport", []string{"entry 1", "the port is not a number from 1 to 65535"}},
 		{"bad database", "b=redis://h1/x", []string{"entry 1", "invalid database number"}},
 		{"unknown parameter", "a=redis://h1?replica=redis://h2&bogus=1", []string{"entry 1", "unknown query parameter"}},
 		{"misspelt replica", "a=redis://h1?replicas=redis://h2", []string{"entry 1", "unknown query parameter"}},
-		{"bad option value", "a=redis://h1?dial_timeout=soon", []string{"entry 1", "value go-redis cannot read"}},
+		{"bad option value", "a=redis://h1?dial_timeout=soon", []string{"entry 1", `query parameter "dial_timeout": go-redis cannot read its value as a duration`}},
 		{"semicolon", "a=redis://h1?dial_timeout=1s;read_timeout=1s", []string{"entry 1", "';'"}},
 		{"fragment", "a=redis://h1#x", []string{"entry 1", "fragment"}},
 		{"context timeout off", "a=redis://h1?context_timeout_enabled=false", []string{"entry 1", "context_timeout_enabled", "always enable it"}},
@@ -151,6 +159,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"replica of another group", "a=redis://h1?replica=redis://h2,b=redis://h3?replica=redis://h2", []string{"used twice", "entry 1 replica 0", "entry 2 replica 0"}},
 		{"primary is another's replica", "a=redis://h1?replica=redis://h2,b=redis://h2", []string{"used twice", "entry 2 primary"}},
 		{"password hidden", "a=redis://:hunter2@h1?bogus=1", []string{"entry 1", "unknown query parameter"}},
+		{"password with a slash", "a=redis://:hun/ter2@h1:6379", []string{"entry 1", "the port is not a number from 1 to 65535 (or a password holding '/'"}},
 		{"replica password hidden", "a=redis://h1?replica=redis://:hunter2@h2?x=1", []string{"entry 1", "no query"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -161,6 +170,9 @@ func TestParseConfigErrors(t *testing.T) {
 				assert.Contains(t, err.Error(), part)
 			}
 			assert.NotContains(t, err.Error(), "hunter2")
+			if !strings.ContainsAny(c.config, "@,") {
+				assert.NotContains(t, err.Error(), "password", "only a URL with user info has a password to blame")
+			}
 
 			b, err := Open(c.config)
 			assert.ErrorIs(t, err, driver.ErrInvalidOption)
@@ -260,7 +272,13 @@ const safeWords = "throttlekit: invalid option: entry group name must be ASCII l
 	"and by primary an address empty URL no groups (empty configuration) has the name of its scheme does not " +
 	"fit the primary's (redis or rediss beside redis or rediss, unix beside unix) no host context_timeout_enabled" +
 	": the groups always enable it; leave it out or write true the query does not parse (a ';' or a malformed " +
-	"escape) a query parameter has a malformed escape empty replica URL 1 to 64"
+	"escape) a query parameter has a malformed escape empty replica URL 1 to 64 " +
+	"no scheme: write redis://host:port (or rediss://, unix://) the port is not a number from 1 to 65535 " +
+	"(or a password holding '/', '?' or '#' that is not percent-encoded) invalid character in the host " +
+	"malformed percent-escape (a '%' in a password must be written %25) invalid user or password " +
+	"(special characters in a password must be percent-encoded) no host: write redis://host:port " +
+	"no port after ':' (an unset variable?): write redis://host:port query parameter \"db\": not a database " +
+	"number go-redis cannot read its value as a number duration boolean"
 
 func TestNewRedisChecksLayoutsFromCode(t *testing.T) {
 	opt := func(addr string) *goredis.Options { return &goredis.Options{Addr: addr} }
