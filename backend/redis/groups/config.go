@@ -321,7 +321,6 @@ func goRedisProblem(err error) error {
 	return errors.New("go-redis rejects the URL (scheme, host, port, database or a parameter)")
 }
 
-
 func sameSchemeKind(a, b string) bool {
 	tcp := func(s string) bool { return s == "redis" || s == "rediss" }
 	return tcp(a) && tcp(b) || a == "unix" && b == "unix"

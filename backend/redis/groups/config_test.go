@@ -278,7 +278,7 @@ const safeWords = "throttlekit: invalid option: entry group name must be ASCII l
 	"malformed percent-escape (a '%' in a password must be written %25) invalid user or password " +
 	"(special characters in a password must be percent-encoded) no host: write redis://host:port " +
 	"no port after ':' (an unset variable?): write redis://host:port query parameter \"db\": not a database " +
-	"number go-redis cannot read its value as a number duration boolean"
+	"number go-redis cannot read its value as a number duration boolean replica 0: a replica URL"
 
 func TestNewRedisChecksLayoutsFromCode(t *testing.T) {
 	opt := func(addr string) *goredis.Options { return &goredis.Options{Addr: addr} }
