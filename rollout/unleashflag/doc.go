@@ -5,7 +5,9 @@
 //
 // The toggle's flexibleRollout percentage is the split; disabling the
 // toggle (or deleting it) is the kill switch that sends everything back to
-// the old backend. The client polls the server in the background; each
+// the old backend. A toggle the server does not send (a typo in its name)
+// is the kill switch too, and is reported by Ping (ErrToggleMissing),
+// logged once and counted in Status. The client polls the server in the background; each
 // fetched toggle is turned into a rollout.Split once and published
 // atomically, so the request path never calls into the client:
 //

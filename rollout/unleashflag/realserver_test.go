@@ -108,6 +108,18 @@ func TestRealUnleashServer(t *testing.T) {
 	assert.Equal(t, 30, src.Split().Percent(), "in force when New returns")
 	require.NoError(t, src.Ping(context.Background()))
 
+	// A typo in the toggle's name: the kill switch, which Ping reports and
+	// Status counts.
+	typo, err := New(feature+"s", WithServer(u.APIURL(), "throttlekit-test"), WithToken(localserver.UnleashClientToken),
+		WithWaitForFirstFetch(10*time.Second))
+	require.NoError(t, err)
+	typo.SetLogger(nil)
+	t.Cleanup(func() { _ = typo.Close() })
+	assert.True(t, typo.Split().Killed())
+	assert.ErrorIs(t, typo.Ping(context.Background()), ErrToggleMissing)
+	assert.True(t, typo.Status().Missing)
+	assert.Positive(t, typo.Status().MissingFetches)
+
 	// The operator moves the toggle; the source follows.
 	for _, percent := range []int{60, 100, 0} {
 		changed := time.Now()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"net/url"
@@ -46,7 +47,10 @@ var ErrUnsupportedToggle = errors.New("throttlekit: unleashflag: toggle is not a
 // How a toggle reads as a split:
 //
 //   - missing from the fetched set, or disabled: the kill switch, everything
-//     on the old backend;
+//     on the old backend. A missing toggle is more often a typo than a
+//     deletion, so it is also reported: Ping returns ErrToggleMissing,
+//     Status counts the sets without it, and the source logs one Error
+//     line (and one Info line when the toggle appears);
 //   - enabled without strategies, or with the "default" strategy: 100%;
 //   - flexibleRollout strategies (rollout as a number or a string, any
 //     stickiness but "random", the pinned group ID): the largest rollout,
@@ -99,7 +103,13 @@ type Source struct {
 	interval   atomic.Int64
 	staleAfter time.Duration // WithStaleAfter; 0 for the default
 	created    time.Time
-	closeOnce  sync.Once
+	// missing is set while the latest fetched set lacks the toggle;
+	// missingFetches counts such sets. The Error line goes out when
+	// missing is set, once until the toggle is seen again.
+	missing        atomic.Bool
+	missingFetches atomic.Uint64
+	logger         atomic.Pointer[slog.Logger] // SetLogger's; slog.Default() when nil
+	closeOnce      sync.Once
 
 	// fetch is the state of the latest request for the toggles, recorded
 	// by the HTTP transport: see Ping.
@@ -239,6 +249,12 @@ var (
 	// not yet (WithWaitForFirstFetch timed out), or not at its latest
 	// attempt (Ping).
 	ErrNotReady = errors.New("throttlekit: unleashflag: no answer from the unleash server")
+	// ErrToggleMissing reports that the latest set of toggles the server
+	// sent has none of the source's name: a typo, a toggle not created yet
+	// or deleted, or one in a project or environment the token does not
+	// see. It reads as the kill switch (everything on the old backend), as
+	// a deleted toggle must, so Ping reports it and the source logs it.
+	ErrToggleMissing = errors.New("throttlekit: unleashflag: toggle does not exist on the unleash server")
 )
 
 // WithClientOptions passes options to the Unleash client, usually
@@ -423,10 +439,11 @@ func (s *Source) fetchError() error {
 }
 
 // Ping reports the source's health, for health checks and rollout.Backend's
-// Ping: nil when the latest fetch of the toggles was answered (200 or 304)
-// and the server has answered one within the stale bound (WithStaleAfter:
-// by default StaleIntervals refresh intervals); otherwise an error wrapping
-// ErrRefused or ErrNotReady. A server that hangs is therefore reported
+// Ping: nil when the latest fetch of the toggles was answered (200 or 304),
+// the server has answered one within the stale bound (WithStaleAfter:
+// by default StaleIntervals refresh intervals) and the toggle was in the
+// set it sent; otherwise an error wrapping ErrRefused, ErrNotReady or
+// ErrToggleMissing. A server that hangs is therefore reported
 // within the bound, while the fetch in flight still waits for its answer.
 // The split in force stays whatever it was (see Split). The error never
 // holds the token.
@@ -441,6 +458,10 @@ func (s *Source) Ping(ctx context.Context) error {
 	if silent := time.Since(s.LastFetch()); silent > bound {
 		return driver.Errorf("%w: no answer for %v, more than %v (a fetch is in flight since %s)", ErrNotReady,
 			silent.Round(time.Millisecond), bound, time.Unix(0, s.fetchStart.Load()).Format(time.RFC3339Nano))
+	}
+	if s.missing.Load() {
+		return driver.Errorf("%w: %q is not in the toggles the server sent (a typo? a project or environment the token does not see?); everything is on the old backend",
+			ErrToggleMissing, s.feature)
 	}
 	return nil
 }
@@ -550,6 +571,12 @@ type Status struct {
 	Rejected uint64
 	// Errors counts the client's errors, such as failed fetches.
 	Errors uint64
+	// Missing reports that the latest fetched set had no toggle of the
+	// source's name (ErrToggleMissing): the kill switch is in force.
+	Missing bool
+	// MissingFetches counts fetched sets that had no toggle of the
+	// source's name.
+	MissingFetches uint64
 	// LastError is the latest client error or rejection, or nil.
 	LastError error
 	// LastUpdate is when the latest split was published; zero before.
@@ -572,7 +599,7 @@ func (s *Source) LastFetch() time.Time {
 // Status returns the source's history.
 func (s *Source) Status() Status {
 	st := Status{Split: s.split.Load(), Updates: s.updates.Load(), Rejected: s.rejected.Load(),
-		Errors: s.errs.Load()}
+		Errors: s.errs.Load(), Missing: s.missing.Load(), MissingFetches: s.missingFetches.Load()}
 	if e := s.lastErr.Load(); e != nil {
 		st.LastError = *e
 	}
@@ -591,6 +618,7 @@ func (s *Source) update(features map[string]any) {
 	if f, ok := features[s.feature].(api.Feature); ok {
 		toggle = &f
 	}
+	s.noteMissing(toggle == nil)
 	sp, err := readToggle(toggle, s.feature, s.groupID)
 	if err != nil {
 		s.rejected.Add(1)
@@ -601,6 +629,38 @@ func (s *Source) update(features map[string]any) {
 	s.updates.Add(1)
 	s.lastSplit.Store(time.Now().UnixNano())
 }
+
+// noteMissing counts a fetched set without the toggle, and logs once, at
+// Error, when the toggle goes missing (on the first fetch, for a name with
+// a typo), and at Info when it is seen again: a missing toggle is the kill
+// switch, which nobody notices by its effect.
+func (s *Source) noteMissing(missing bool) {
+	if missing {
+		s.missingFetches.Add(1)
+	}
+	if s.missing.Swap(missing) == missing {
+		return
+	}
+	if missing {
+		s.log().Error("throttlekit: unleashflag: toggle does not exist on the unleash server: everything stays on the old backend until it does (a typo in its name? a project or environment the token does not see?)",
+			"toggle", s.feature)
+		return
+	}
+	s.log().Info("throttlekit: unleashflag: toggle found on the unleash server; its split is in force", "toggle", s.feature)
+}
+
+func (s *Source) log() *slog.Logger {
+	if l := s.logger.Load(); l != nil {
+		return l
+	}
+	return slog.Default()
+}
+
+// SetLogger implements driver.LoggerSetter: the source logs to l (nowhere
+// for a nil l) instead of slog.Default(). It logs one line when the toggle
+// is missing from a fetched set (ErrToggleMissing) and one when it is back.
+// rollout.Backend passes it the throttler's logger.
+func (s *Source) SetLogger(l *slog.Logger) { s.logger.Store(driver.LoggerOrDiscard(l)) }
 
 func (s *Source) report(err error) {
 	s.lastErr.Store(&err)
@@ -729,6 +789,7 @@ func (l listener) OnWarning(error) {}
 
 var (
 	_ rollout.FlagSource    = (*Source)(nil)
+	_ driver.LoggerSetter   = (*Source)(nil)
 	_ unleash.Storage       = (*toggleStorage)(nil)
 	_ unleash.ErrorListener = listener{}
 )
