@@ -3,9 +3,10 @@ package throttler
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // ErrWaitExceedsDeadline reports a Wait that returned at once because the
@@ -50,11 +51,11 @@ func (t *Throttler) WaitN(ctx context.Context, p *Policy, id string, cost int64)
 		case r.Allowed:
 			return r, nil
 		case r.Degraded:
-			return r, fmt.Errorf("WaitN: denied by the failure mode: %w", r.Err)
+			return r, driver.Errorf("WaitN: denied by the failure mode: %w", r.Err)
 		}
 		d := r.RetryAfter
 		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < d {
-			return r, fmt.Errorf("%w (%w): %q under %q can be allowed in %v, the deadline is in %v",
+			return r, driver.Errorf("%w (%w): %q under %q can be allowed in %v, the deadline is in %v",
 				ErrWaitExceedsDeadline, context.DeadlineExceeded, id, p.compiled.Name, d, time.Until(deadline).Round(time.Millisecond))
 		}
 		if j := min(d/10, maxWaitJitter); j > 0 {
