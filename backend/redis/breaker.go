@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -19,21 +20,28 @@ import (
 // This file holds the circuit breakers: one per server, installed as a
 // go-redis hook on the client of that server.
 
-// WithBreaker gives every Redis server the backend talks to a circuit
-// breaker (see package breaker): once a server has failed opts' number of
-// consecutive calls, calls to it fail at once with an error wrapping
-// breaker.ErrOpen, and the throttler answers them by their failure mode in
-// microseconds instead of waiting out the per-call timeout. A probe goes
-// through after the open period; the server is used again as soon as one
-// succeeds.
+// WithBreaker configures the circuit breaker every Redis server the backend
+// talks to has by default (see package breaker): once a server has failed
+// opts' number of consecutive calls, calls to it fail at once with an error
+// wrapping breaker.ErrOpen, and the throttler answers them by their failure
+// mode in microseconds instead of waiting out the per-call timeout. A probe
+// goes through after the open period; the server is used again as soon as
+// one succeeds. WithoutBreaker turns them off.
+//
+// Breakers are on by default because the figures say so (docs/DESIGN.md,
+// Outages): with Redis stopped or hung, a decision costs microseconds with
+// them and the whole call timeout without; recovery after the outage stays
+// well under a second (the rest of the open period and one probe); and a
+// healthy Redis on a loaded machine never trips them.
 //
 // A breaker is per server: with a *goredis.Client, one for its server (for
 // a Sentinel failover client, one for whichever primary it follows); with a
 // *goredis.ClusterClient or *goredis.Ring, one per node, installed as the
 // client connects to each node, so build the backend before the client's
 // first command. The read client of WithReadClient gets breakers too. Other
-// client types (an auto-pipeliner, a UniversalClient of another type) are
-// an error wrapping driver.ErrInvalidOption.
+// client types (an auto-pipeliner, a UniversalClient of another type) have
+// no breaker by default, and WithBreaker given for one is an error
+// wrapping driver.ErrInvalidOption.
 //
 // Network errors and timeouts count as failures; every reply of the server,
 // an error reply included, counts as a success. A breaker opens on a run of
@@ -42,11 +50,37 @@ import (
 // pooled connections are marked stale, so the probe after an outage dials
 // afresh instead of meeting a connection the outage killed.
 func WithBreaker(opts ...breaker.Option) Option {
-	return optionFunc(func(c *config) error { c.breaker, c.breakerOpts = true, opts; return nil })
+	return optionFunc(func(c *config) error {
+		c.breaker, c.breakerAsked, c.breakerOpts = true, true, opts
+		return nil
+	})
+}
+
+// WithoutBreaker turns off the servers' circuit breakers (see WithBreaker):
+// every call then goes to its server, and one to a server that is down
+// waits for the network's answer, up to the throttler's call timeout. The
+// connection hook that keeps an outage's dead connections out of the pool
+// stays.
+func WithoutBreaker() Option {
+	return optionFunc(func(c *config) error {
+		c.breaker, c.breakerAsked, c.breakerOpts = false, false, nil
+		return nil
+	})
+}
+
+// breakable reports whether c is a client type installBreakers can give
+// breakers to.
+func breakable(c Client) bool {
+	switch c.(type) {
+	case *goredis.Client, *goredis.ClusterClient, *goredis.Ring:
+		return true
+	}
+	return false
 }
 
 // Breakers returns the state of every breaker the backend has made so far,
-// sorted by server; nil without WithBreaker.
+// sorted by server; nil with WithoutBreaker, or for a client type that has
+// none (see WithBreaker).
 func (b *Backend) Breakers() []breaker.Status {
 	if b == nil || b.breakers == nil {
 		return nil
@@ -65,7 +99,7 @@ func installBreakers(c Client, set *breaker.Set) error {
 	pools := map[*breaker.Breaker]*poolEpoch{}
 	hook := func(addr string) connHook {
 		if set == nil {
-			return connHook{pool: new(poolEpoch)}
+			return connHook{pool: new(poolEpoch), addr: addr}
 		}
 		// A Cluster may make a new client for a node it knew: the
 		// node's breaker, and so its pool epoch, stay the same.
@@ -78,7 +112,7 @@ func installBreakers(c Client, set *breaker.Set) error {
 			pools[br] = p
 			br.AddDrain(p.drain)
 		}
-		return connHook{br: br, pool: p}
+		return connHook{br: br, pool: p, addr: addr}
 	}
 	switch c := c.(type) {
 	case *goredis.ClusterClient:
@@ -101,8 +135,9 @@ func installBreakers(c Client, set *breaker.Set) error {
 // to it, and marks its pooled connections stale when a command fails on
 // the network or the breaker opens or probes.
 type connHook struct {
-	br   *breaker.Breaker // nil without WithBreaker
+	br   *breaker.Breaker // nil with WithoutBreaker
 	pool *poolEpoch
+	addr string // the server's, for the cause of a timeout (withCause)
 }
 
 // DialHook implements goredis.Hook: every connection is dialed in the
@@ -122,6 +157,7 @@ func (h connHook) DialHook(next goredis.DialHook) goredis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := next(ctx, network, addr)
 		if err != nil {
+			h.pool.noteFailure(err)
 			return failedDial{err: err}, nil
 		}
 		return h.pool.track(conn), nil
@@ -155,7 +191,12 @@ func (h connHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 				return err
 			}
 		}
+		seen := h.pool.failures.Load()
 		err := next(ctx, cmd)
+		if kept := h.pool.withCause(err, seen, h.addr); kept != err {
+			err = kept
+			cmd.SetErr(err)
+		}
 		h.finished(done, err)
 		return err
 	}
@@ -177,7 +218,16 @@ func (h connHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.
 				return err
 			}
 		}
+		seen := h.pool.failures.Load()
 		err := next(ctx, cmds)
+		if kept := h.pool.withCause(err, seen, h.addr); kept != err {
+			for _, cmd := range cmds {
+				if cmd.Err() == err {
+					cmd.SetErr(kept)
+				}
+			}
+			err = kept
+		}
 		h.finished(done, err)
 		return err
 	}
@@ -207,7 +257,77 @@ func (h connHook) finished(done func(error), err error) {
 // restarted server, a black hole, reset connections) and from the breaker,
 // when it opens and before each probe, so that the probe that follows an
 // outage always dials a fresh connection.
-type poolEpoch struct{ epoch atomic.Uint64 }
+//
+// It also keeps the server's latest dial failure, for withCause.
+type poolEpoch struct {
+	epoch    atomic.Uint64
+	failures atomic.Uint64         // dial failures so far
+	last     atomic.Pointer[error] // the latest of them
+}
+
+// noteFailure records a failed dial to the server.
+func (p *poolEpoch) noteFailure(err error) {
+	p.last.Store(&err)
+	p.failures.Add(1)
+}
+
+// withCause returns err, a command's error to the server at addr, with
+// what kept the command from an answer joined to it when err is only the
+// context's, so that a degraded result says why. go-redis returns nothing
+// but the context's error in two cases:
+//
+//   - it retries a refused dial with a backoff until the deadline, and a
+//     deadline that ends the backoff is all it returns: a Redis that is
+//     down read as "context deadline exceeded". The server's latest dial
+//     failure since the command began (failures was seen then) is the
+//     cause: "connect: connection refused", a dial's i/o timeout;
+//   - a read that the deadline ends (a hung server, a black hole) returns
+//     the context's error, not the socket's. With no dial failure, the
+//     cause is that the server sent no reply in time, which matches
+//     os.ErrDeadlineExceeded ("i/o timeout") as the socket's error would.
+//
+// The context's error and the cause both match errors.Is.
+func (p *poolEpoch) withCause(err error, seen uint64, addr string) error {
+	if err == nil || !isContextOnly(err) {
+		return err
+	}
+	if p.failures.Load() != seen {
+		if last := p.last.Load(); last != nil {
+			return &causedError{err: err, cause: *last}
+		}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &causedError{err: err, cause: &noReplyError{addr: addr}}
+	}
+	return err
+}
+
+// noReplyError is the cause of a deadline that ended a command with no
+// dial failure: the server at addr did not reply in time.
+type noReplyError struct{ addr string }
+
+func (e *noReplyError) Error() string {
+	return "no reply from " + e.addr + ": " + os.ErrDeadlineExceeded.Error()
+}
+
+func (e *noReplyError) Unwrap() error { return os.ErrDeadlineExceeded }
+
+// isContextOnly reports an error that is the context's and says nothing
+// else: its text is the context error's own.
+func isContextOnly(err error) bool {
+	return (errors.Is(err, context.DeadlineExceeded) && err.Error() == context.DeadlineExceeded.Error()) ||
+		(errors.Is(err, context.Canceled) && err.Error() == context.Canceled.Error())
+}
+
+// causedError is a context error with the failure that kept the command
+// from an answer before it.
+type causedError struct{ err, cause error }
+
+func (e *causedError) Error() string {
+	return e.err.Error() + " (the last attempt: " + e.cause.Error() + ")"
+}
+
+func (e *causedError) Unwrap() []error { return []error{e.err, e.cause} }
 
 // errStale is what the health check of a connection dialed before the
 // latest drain meets.

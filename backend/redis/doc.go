@@ -291,9 +291,10 @@
 //
 // # Circuit breakers
 //
-// WithBreaker gives each server a circuit breaker (package breaker): per
-// node of a Cluster, per server of a standalone or Sentinel client, per
-// primary and replica of each redisgroups group. After 5 failures in a row
+// Each server has a circuit breaker (package breaker) by default: per node
+// of a Cluster, per server of a standalone or Sentinel client, per primary
+// and replica of each redisgroups group. WithBreaker configures them and
+// WithoutBreaker turns them off. After 5 failures in a row
 // that also last 250 ms (breaker.WithFailures, breaker.WithFailingFor), so
 // that a moment when a loaded machine stalls every call in flight is not
 // taken for an outage, a breaker opens and answers its server's calls at

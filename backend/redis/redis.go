@@ -160,7 +160,8 @@ type Backend struct {
 	// argsCache maps a *driver.Policy to its limits' script arguments.
 	argsCache  sync.Map
 	argsCached atomic.Int64
-	// breakers holds the circuit breakers of WithBreaker, nil without it.
+	// breakers holds the servers' circuit breakers (WithBreaker), nil
+	// with WithoutBreaker.
 	breakers *breaker.Set
 	// reloaded is when a failure last asked a Cluster client to reload its
 	// slot map (Unix nanoseconds).
@@ -245,12 +246,15 @@ type optionFunc func(*config) error
 func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
-	prefix      string
-	reader      Client
-	grace       time.Duration
-	breaker     bool
-	breakerOpts []breaker.Option
-	batching    bool
+	prefix  string
+	reader  Client
+	grace   time.Duration
+	breaker bool // on by default; WithoutBreaker turns it off
+	// breakerAsked is set by WithBreaker: a client that cannot have
+	// breakers is then an error rather than a quiet default.
+	breakerAsked bool
+	breakerOpts  []breaker.Option
+	batching     bool
 	// batchingAsked is set by WithBatching: a client that cannot batch
 	// is then an error rather than a quiet fallback.
 	batchingAsked bool
@@ -304,7 +308,7 @@ func New(client Client, opts ...Option) (*Backend, error) {
 	if isNil(client) {
 		return nil, driver.Errorf("%w: redis: nil client", driver.ErrInvalidOption)
 	}
-	cfg := config{prefix: DefaultPrefix, grace: DefaultExpiryGrace, batching: true}
+	cfg := config{prefix: DefaultPrefix, grace: DefaultExpiryGrace, batching: true, breaker: true}
 	for _, opt := range opts {
 		if opt == nil {
 			return nil, driver.Errorf("%w: redis: nil Option", driver.ErrInvalidOption)
@@ -348,10 +352,14 @@ func New(client Client, opts ...Option) (*Backend, error) {
 			}
 		}
 	}
-	// Every client gets the connection hook: with WithBreaker it carries
-	// the breakers, and without it still marks the idle connections stale
+	// Every client gets the connection hook: with breakers (the default)
+	// it carries them, and without still marks the idle connections stale
 	// when a command fails on the network, so the pool does not hand out
-	// the connections an outage killed (see Circuit breakers).
+	// the connections an outage killed (see Circuit breakers). A client
+	// type that cannot have breakers goes without by default.
+	if cfg.breaker && !cfg.breakerAsked && (!breakable(client) || cfg.reader != nil && !breakable(cfg.reader)) {
+		cfg.breaker = false
+	}
 	var set *breaker.Set
 	if cfg.breaker {
 		var err error
