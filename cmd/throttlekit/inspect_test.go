@@ -219,7 +219,7 @@ func TestInspectSingleBackends(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	rb, err := redisbackend.New(client)
 	require.NoError(t, err)
-	th, err := throttler.New(rb, throttler.WithLogger(nil))
+	th, err := throttler.New(rb, throttler.WithLogger(nil), throttler.WithCallTimeout(5*time.Second))
 	require.NoError(t, err)
 	for range 3 {
 		_, err := th.Allow(ctx, policy, "user:42")
@@ -268,13 +268,13 @@ func TestExplainKeysExistOnServers(t *testing.T) {
 	rb, err := redisbackend.New(client, redisbackend.WithPrefix("app:"))
 	require.NoError(t, err)
 	mcAddr := localserver.MemcachedT(t, localserver.MemcachedOptions{}).Addr()
-	mc, err := memcachedbackend.NewClient(time.Second, mcAddr)
+	mc, err := memcachedbackend.NewClient(time.Second, mcAddr) // at most the call timeout below
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = mc.Close() })
 	mb, err := memcachedbackend.New(mc, memcachedbackend.WithPrefix("app:"))
 	require.NoError(t, err)
 	for _, b := range []driver.Backend{rb, mb} {
-		th, err := throttler.New(b, throttler.WithLogger(nil), throttler.WithCallTimeout(time.Second))
+		th, err := throttler.New(b, throttler.WithLogger(nil), throttler.WithCallTimeout(5*time.Second))
 		require.NoError(t, err)
 		res, err := th.Allow(ctx, policy, id)
 		require.NoError(t, err)
