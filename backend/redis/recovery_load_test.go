@@ -62,7 +62,9 @@ func TestRecoveryLoadedMachineKeepsBreakersClosed(t *testing.T) {
 	}
 	for _, v := range variants {
 		opts := []redisbackend.Option{redisbackend.WithPrefix(newPrefix())}
-		if v.name != "no breaker" {
+		if v.name == "no breaker" {
+			opts = append(opts, redisbackend.WithoutBreaker())
+		} else {
 			opts = append(opts, redisbackend.WithBreaker(append(v.opts, breaker.WithLogger(nil),
 				breaker.WithStateChange(func(_ string, _, to breaker.State) {
 					if to == breaker.Open {
