@@ -10,7 +10,7 @@ FUZZTIME ?= 10s
 test: servers unleash lint
 	$(GO) test -race -count=1 -timeout 30m ./...
 
-## test-short: unit tests only, no servers (under a minute)
+## test-short: unit tests only, no servers (under two minutes)
 test-short:
 	$(GO) test -short -race -count=1 ./...
 
