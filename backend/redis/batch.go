@@ -190,10 +190,13 @@ func (bt *batcher) run(ctx context.Context, script *goredis.Script, readOnly boo
 		return reply, err
 	}
 	if p.state.CompareAndSwap(callQueued, callAbandoned) {
-		// Never sent: the sender skips it and never touches it again.
-		err := ctx.Err()
-		p.release()
-		return nil, err
+		// Never sent. The queue still holds p, so it is the sender's now:
+		// it skips p and puts it back in the pool. Were it put back here,
+		// another call (of any batcher: the pool is shared) could take it
+		// while this batcher's queue still names it, and this batcher's
+		// sender would then send that call to its own server and hand its
+		// caller a reply about another identifier's window.
+		return nil, ctx.Err()
 	}
 	// In flight: the sender still owns p and will write to it, so it is
 	// left to the garbage collector rather than reused.
@@ -237,6 +240,10 @@ func (bt *batcher) send() {
 			n++
 			if p.state.CompareAndSwap(callQueued, callSent) {
 				batch = append(batch, p)
+			} else {
+				// Abandoned by its caller while queued: this is the last
+				// reference to it.
+				p.release()
 			}
 		}
 		rest := copy(bt.queue, bt.queue[n:])
