@@ -207,9 +207,9 @@
 // seed.lua, one EVALSHA on the identifier's keys: it merges the given
 // states into the stored ones as driver.Merge does (a given state that
 // counts nothing at now is ignored, one the store lacks is taken as it is,
-// and when both count the newer wins: for one fixed window the larger
-// count, a different open window the given one, the later GCRA TAT, the
-// later sliding window), then decides the request's cost on the merged
+// and when both count: a fixed window keeps the End the store holds with
+// the larger of the two counts, whatever End the given one has; GCRA the
+// later TAT; sliding the later window), then decides the request's cost on the merged
 // states as driver.Decide does (cost 0: the merge alone), all in one atomic
 // step. The reply carries the verdict, the states after the step
 // (Outcome.States) and the states read before it (Outcome.Prior). The
