@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
 	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
 	"github.com/throttlekit/throttlekit/internal/redislayout2"
 	"github.com/throttlekit/throttlekit/internal/testkit"
@@ -127,4 +128,41 @@ func TestLayout2BesideRefusesWhatItCannotDo(t *testing.T) {
 	out, err := beside.(driver.Taker).Take(ctx, driver.Request{Policy: compiled, Identifier: "w", Cost: 5, Now: testkit.T0})
 	require.NoError(t, err)
 	assert.Equal(t, int64(3), out.Granted)
+}
+
+// TestLayout2BesideMatchesOneStore alternates an old process (the frozen
+// layout-2 script) and Layout2Beside on one identifier, for every
+// algorithm, through windows that open, fill and roll over, and requires
+// every result to be the one a single memory store gives for the same
+// sequence.
+func TestLayout2BesideMatchesOneStore(t *testing.T) {
+	for _, limits := range []string{"4/min", "4/min aligned", "4/min gcra", "4/min sliding", "3/10s, 6/min gcra burst=4"} {
+		t.Run(limits, func(t *testing.T) {
+			ctx := context.Background()
+			client := newClient(t, standalone(t).primary.Addr())
+			prefix := newPrefix()
+			b := mustBackend(t, client, redisbackend.WithPrefix(prefix))
+			beside, err := b.Layout2Beside(2)
+			require.NoError(t, err)
+			clock := throttler.NewManualClock(testkit.T0)
+			p := mustPolicy(t, "api", limits)
+			opts := []throttler.Option{throttler.WithClock(clock), throttler.WithLogger(nil), throttler.WithCallTimeout(5 * time.Second)}
+			procs := []*throttler.Throttler{
+				testkit.Throttler(t, redislayout2.New(client, prefix), opts...),
+				testkit.Throttler(t, beside, opts...),
+			}
+			model := testkit.Throttler(t, memorybackend.New(), opts...)
+			for step := range 40 {
+				want, err := model.Allow(ctx, p, "u")
+				require.NoError(t, err)
+				got, err := procs[step%3%2].Allow(ctx, p, "u") // old, beside, old, old, beside, old...
+				require.NoError(t, err)
+				require.False(t, got.Degraded, "%v", got.Err)
+				require.Equal(t, want.Allowed, got.Allowed, "step %d", step)
+				require.Equal(t, want.Remaining, got.Remaining, "step %d", step)
+				require.Equal(t, want.ResetAt, got.ResetAt, "step %d", step)
+				clock.Advance(4300 * time.Millisecond)
+			}
+		})
+	}
 }
