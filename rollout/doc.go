@@ -101,13 +101,19 @@
 //
 // # Upgrading the key layout
 //
-// Stored keys follow driver.KeyLayout. A store written before layout 2 (an
-// unnamed limit was keyed by its notation, Max included) is upgraded in
-// place with UpgradeKeys: a split rollout at 100 % from KeyLayoutV1(store)
-// to the store itself, so that each identifier's first decision reads its
-// layout-1 state and carries it into its layout-2 keys; no window
-// restarts. After the longest horizon of the deployment's policies the
-// old keys count for nothing, and the store can be used alone.
+// Stored keys follow driver.KeyLayout. A store written by a release before
+// layout 2 (an unnamed limit was keyed by its notation, Max included) is
+// upgraded in place with UpgradeKeys: a split rollout at 100 % from
+// KeyLayoutV1(store) (from the store's Layout2 view on Redis, whose own
+// layout changed too) to the store itself, so that each identifier's first
+// decision reads its layout-1 state and carries it into its layout-2 keys;
+// no window restarts. After the longest horizon of the deployment's
+// policies the old keys count for nothing, and the store can be used alone.
+// That is the deploy once every process of the old release has stopped:
+// while one may still decide, it counts in the old keys only, and the new
+// processes must count there too (docs/MIGRATION.md, "Upgrading
+// throttlekit": a mirror rollout at 0 % from KeyLayoutV1(store), or on
+// Redis the backend's Layout2Beside).
 //
 // In MirrorMode and ShadowMode the secondary call follows the primary one
 // within the same context and deadline, so a decision costs both round

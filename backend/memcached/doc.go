@@ -66,7 +66,11 @@
 // by a Backend alone: a deployment upgraded with live windows wraps it in
 // rollout.UpgradeKeys, which reads the layout-1 items (through
 // rollout.KeyLayoutV1) and seeds their windows into the layout-2 keys (see
-// Seeding), so that no window restarts.
+// Seeding), so that no window restarts. That is for a deploy after the last
+// process of the old release stopped; while one may still decide, it
+// counts in the layout-1 items only, and the new processes decide there
+// too: a mirror-mode rollout at 0 % from rollout.KeyLayoutV1(b) to b, then
+// at 100 % (docs/MIGRATION.md, "Upgrading throttlekit").
 //
 // EscapeKey leaves only letters, digits, '-', '.', '_' and "%XX", so keys
 // hold no space or control byte and the separators ':' and '|' cannot come

@@ -141,18 +141,37 @@
 // ("used:end:prev" for a sliding window), under
 // <prefix>{<escaped identifier>}:<policy key>:<limit key> (Layout2Keys),
 // with the limit keys of key layout 2, or before that of layout 1
-// (driver.KeyV1: an unnamed limit's notation, Max included). A deployment
-// upgrades without restarting a window by running, for the longest window
-// of its policies (twice it for a sliding window),
+// (driver.KeyV1: an unnamed limit's notation, Max included): releases up
+// to 7016ead wrote key layout 1, abf6070 key layout 2. Layout 3 never
+// reads the old keys on its own, so an upgrade from those releases is
+// deployed with one of the views below (docs/MIGRATION.md, "Upgrading
+// throttlekit", has the steps and the figures).
 //
-//	store, err := rollout.Upgrade(backend.Layout2(), backend)
-//	// from key layout 1: rollout.Upgrade(rollout.KeyLayoutV1(backend.Layout2()), backend)
+// When every process of the old release stops before the first new one
+// starts, deploy, for the longest window of the policies (twice it for a
+// sliding window),
+//
+//	store, err := rollout.Upgrade(backend.Layout2(), backend)              // from key layout 2
+//	store, err := rollout.Upgrade(rollout.KeyLayoutV1(backend.Layout2()), backend) // from key layout 1
+//	store, err := rollout.UpgradeKeys(backend)                             // the same, from key layout 1
 //
 // which reads each identifier's old strings once, on its first decision,
 // and carries them into its hash in the same step as that decision (see
 // Seeding; TestLayoutUpgradeOnRealRedis: 300 clients calling through the
-// upgrade, 0 ResetAt changes, 0 double grants). Layout 3 never reads or
-// writes the old keys; they expire by their own TTL.
+// upgrade, 0 ResetAt changes, 0 double grants), then the backend alone.
+//
+// When old and new processes serve together (a rolling deploy), the old
+// ones keep counting in their strings, and Upgrade alone would count in
+// the hash beside them: each version would grant its own quota. Deploy
+// first
+//
+//	store, err := backend.Layout2Beside(2) // 1 from key layout 1
+//
+// which decides on both layouts in one script call and writes both, then,
+// once no old process runs, the Upgrade above, and the backend alone a
+// horizon later (TestUpgradeFromEarlierReleases builds 7016ead and abf6070
+// from their source and overlaps them with this code for 12 s: 0 ResetAt
+// changes, 0 grants over quota, standalone, groups and Cluster).
 //
 // # Scripts
 //
@@ -160,8 +179,9 @@
 // take.lua and seed.lua, embedded in the binary, each with the helpers they
 // share (common.lua) spliced in after its shebang line (and acquire.lua
 // and release.lua for leases, which need none of them: see Concurrency
-// leases; and peek_layout2.lua, which reads the strings of earlier
-// releases). Each gets the identifier's key in KEYS, and in ARGV the
+// leases; peek_layout2.lua, which reads the strings of earlier releases;
+// and decide_layout2.lua, which decides on those strings and the hash
+// together for Layout2Beside). Each gets the identifier's key in KEYS, and in ARGV the
 // throttler's now (in milliseconds and microseconds), the cost, the expiry
 // grace, and each limit's algorithm, Max, window, capacity, emission
 // interval and key. Each returns integers: the verdict and every limit's
