@@ -11,7 +11,9 @@
 -- the state that counts at now when only one does; when both count, for
 -- the same End the larger Used and Prev (each side misses only the other's
 -- units: the old release writes the strings alone, layout 3 alone the
--- hash, and this script both), else the later End (the later GCRA TAT).
+-- hash, and this script both); else, as driver.Merge rules, a fixed window
+-- keeps the hash's End with the larger Used, and GCRA and sliding windows
+-- take the later End (TAT).
 -- Then it decides as decide.lua does and, when allowed with a cost, writes
 -- the states after the decision to both: the hash as write_states does,
 -- every string with SET ... PX as layouts 1 and 2 did (the expiry policy_ttl
@@ -69,10 +71,18 @@ for i = 1, n do
     local s = counting(l, {Used = used, End = ends, Prev = prev})
     local h = counting(l, req.states[i])
     if s ~= nil then
-      if h == nil or s.End > h.End then
+      if h == nil then
         req.states[i] = s
       elseif s.End == h.End then
         req.states[i] = {Used = math.max(s.Used, h.Used), End = s.End, Prev = math.max(s.Prev, h.Prev)}
+      elseif l.Algorithm == GCRA or l.Algorithm == SLIDING_WINDOW then
+        if s.End > h.End then
+          req.states[i] = s
+        end
+      else
+        -- a fixed window open on both sides with another End: the hash's
+        -- stays, with the larger count (driver.Merge's rule)
+        req.states[i] = {Used = math.max(s.Used, h.Used), End = h.End, Prev = 0}
       end
     end
   end
