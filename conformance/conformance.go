@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"runtime/debug"
 	"sync"
 	"testing"
@@ -272,7 +273,25 @@ func mustPolicy(t *testing.T, name string, limits ...throttler.Limit) *throttler
 	if err != nil {
 		t.Fatalf("NewPolicy(%q): %v", name, err)
 	}
+	checkNotation(t, p)
 	return p
+}
+
+// checkNotation fails the test unless p's String reads back, through
+// ParsePolicy, as an equal policy: the same name and limits (names,
+// algorithms, bursts), hence the same stored keys. Every policy the suite
+// builds passes through it, so the one notation an operator pastes
+// (Policy.String into ParsePolicy or the throttlekit command) is checked on
+// every shape of policy the contract covers.
+func checkNotation(tb testing.TB, p *throttler.Policy) {
+	tb.Helper()
+	again, err := throttler.ParsePolicy("", p.String())
+	if err != nil {
+		tb.Fatalf("policy %q: ParsePolicy(String()) = %v", p.String(), err)
+	}
+	if again.Name() != p.Name() || !reflect.DeepEqual(again.Limits(), p.Limits()) || again.String() != p.String() {
+		tb.Fatalf("policy %q reads back as %q: limits %+v, want %+v", p.String(), again.String(), again.Limits(), p.Limits())
+	}
 }
 
 // refunder and resetter skip the subtest when the backend lacks the

@@ -55,23 +55,26 @@
 //
 // # Policies
 //
-// --policy takes the policy as the application builds it with
-// throttler.ParsePolicy: comma-separated limits in throttler.ParseLimit's
-// notation, MAX/WINDOW followed by options.
+// --policy takes the policy in the one notation the library prints and
+// reads: Policy.String's output, which throttler.ParsePolicy reads back to
+// an equal policy. It is the policy's name, a colon and a space, then
+// comma-separated limits in throttler.ParseLimit's notation, MAX/WINDOW
+// followed by options:
 //
+//	api: 10/s, 5000/h gcra burst=20
 //	10/s   120/min   5000/h   300000/day   100/2h   5/250ms
 //	60/min aligned           fixed window aligned on the epoch
+//	100/min sliding          sliding-window counter
 //	10/s gcra                GCRA, burst = max
 //	10/s gcra burst=20       GCRA with a burst of 20
-//	10/s name=per-sec        a limit named "per-sec"
+//	10/s name=per-sec        a limit named "per-sec" (name="a b" when it holds a space or a comma)
 //
-// "10/s, 5000/h gcra burst=20" is accepted as written. The command adds two
-// things ParsePolicy does not read, for policies built in code: a limit
-// may be named as NAME=LIMIT ("per-sec=10/s", the same as "10/s
-// name=per-sec" or Limit.Named), and the whole may start with "NAME: ", a
-// colon and a space, as Policy.String prints it ("core: 10/s, 5000/h"); a
-// colon without a space belongs to a limit's name ("api:read=10/s").
-// Otherwise the policy is named by --policy-name, "api" by default.
+// A colon followed by a space or a tab ends the policy's name, so the name
+// may hold other colons ("api:v2: 10/s"); Policy.String quotes a name that
+// holds ": " itself. The name may instead be given with --policy-name (both
+// must agree when both are given). It is never assumed: without it the
+// command stops with a usage error, since stored keys hold the name and a
+// guessed one would find no state.
 //
 // Stored keys (key layout 2, driver.KeyLayout) hold the policy's name and
 // each limit's identity: its name when it was given one, its algorithm, its
@@ -189,7 +192,7 @@
 //	{
 //	  "command": "inspect",
 //	  "identifier": "user:42",
-//	  "policy": {"name": "api", "notation": "api: 10/s, 5000/h", "capacity": 10},
+//	  "policy": {"name": "api", "notation": "api: 10/s, 5000/h", "capacity": 10}, // notation: Policy.String, read back by --policy
 //	  "at": "2030-01-02T03:04:05.678Z",       // when the peek was made
 //	  "found": true,                          // some side holds state (a limit with used > 0)
 //	  "limits_without_state": ["1000/day sliding"], // when found: limits with no state on any side
