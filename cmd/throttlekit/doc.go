@@ -168,15 +168,21 @@
 // name, max, window, algorithm, burst (the GCRA capacity), GCRA emission
 // interval and storage key (layout 2: "<escaped name>:<algorithm>:<window
 // ms>" and, for a GCRA limit with a burst set, ":<burst>"; an unnamed
-// limit's key starts with the colon, as in ":fixed:1000"), then the keys
-// the Redis backend
-// (<prefix>{<escaped id>}:<policy key>:<limit key>, with the Cluster hash
-// slot of the identifier's hash tag, and with --redis-groups the group
-// that owns it) and the memcached backend (<prefix>:<policy>:<id> "|" kind
-// ":" limit key, kind w for a window item, c for its counter, g for a GCRA
-// item, s for a sliding window's item, as memcachedbackend.ItemKeys names
-// them) store for an example identifier (--id, "user:42"). It contacts no
-// server.
+// limit's key starts with the colon, as in ":fixed:1000"), then what the
+// backends store for an example identifier (--id, "user:42"):
+//
+//   - Redis (redisbackend.Backend.Key, redisbackend.Fields): one hash per
+//     identifier and policy, <prefix>v3:{<escaped id>}:<policy key>, with
+//     the Cluster hash slot of the identifier's hash tag and, with
+//     --redis-groups, the group that owns it. Each limit of key K holds the
+//     fields eK (the window's end, or the GCRA theoretical arrival time)
+//     and uK (its count), plus pK (the previous window's count) for a
+//     sliding window; a GCRA limit has eK alone;
+//   - memcached: <prefix>:<policy>:<id> "|" kind ":" limit key, kind w for
+//     a window item, c for its counter, g for a GCRA item, s for a sliding
+//     window's item, as memcachedbackend.ItemKeys names them.
+//
+// It contacts no server.
 //
 // # Output
 //
@@ -222,6 +228,7 @@
 //
 //	{"command": "reset", "identifier": "user:42", "policy": {...},
 //	 "sides": [{"side": "old", "backend": "memcached", "target": "...", "prefix": "tk",
+//	            "group": "a",               // redis-groups: the group that owns the identifier
 //	            "ok": true, "error": "..."}]}
 //
 // cleanup:
@@ -248,12 +255,14 @@
 //	    "capacity": 20,                       // the largest cost: max, or the burst for gcra
 //	    "emission_interval_us": 720000,      // GCRA only; 0 for window algorithms
 //	    "key": ":gcra:3600000:20",            // layout 2: <escaped name>:<algorithm>:<window ms>[:<burst>], no name when unnamed
-//	    "redis_key": "throttlekit:{user%3A42}:api::gcra:3600000:20",
+//	    "redis_key": "throttlekit:v3:{user%3A42}:api", // one hash per identifier and policy
+//	    "redis_fields": ["e:gcra:3600000:20"], // the limit's fields in it: e and u (fixed), e, u and p (sliding), e (gcra)
 //	    "memcached_keys": {"gcra": "tk:api:user%3A42|g::gcra:3600000:20"}
 //	                                          // fixed windows: "window" and "counter" (ending ":<end>:<token>");
 //	                                          // sliding windows: "sliding"
 //	  }],
-//	  "redis": {"prefix": "throttlekit:", "hash_tag": "{user%3A42}", "slot": 2308, "group": "a"},
+//	  "redis": {"prefix": "throttlekit:", "hash_tag": "{user%3A42}", "slot": 2308,
+//	            "group": "a"},                // with --redis-groups
 //	  "memcached": {"prefix": "tk", "route": "tk:api:user%3A42"}
 //	}
 //
