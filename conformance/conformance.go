@@ -11,6 +11,7 @@ import (
 
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // Limitations may be implemented by a Harness whose backend documents a
@@ -102,7 +103,7 @@ type subtest struct {
 // context of SubtestTimeout.
 //
 // Every subtest drives the backend through throttler.New with a
-// throttler.ManualClock starting at T0, so its expectations are exact
+// throttlertest.ManualClock starting at T0, so its expectations are exact
 // timelines with no tolerance. Optional capabilities (Refunder, Resetter,
 // Peeker, Leaser, Seeder) are checked when the backend implements them and
 // skipped otherwise. A Harness may implement Limitations to declare documented
@@ -158,7 +159,7 @@ type env struct {
 type instance struct {
 	env     *env
 	backend driver.Backend
-	clock   *throttler.ManualClock
+	clock   *throttlertest.ManualClock
 	thr     *throttler.Throttler
 	// skew is how far this instance's clock runs ahead of the primary's.
 	skew time.Duration
@@ -240,7 +241,7 @@ func (e *env) newInstance(skew time.Duration) *instance {
 	if b == nil {
 		e.t.Fatal("MakeBackend returned a nil backend and no error")
 	}
-	clock := throttler.NewManualClock(T0.Add(skew))
+	clock := throttlertest.NewManualClock(T0.Add(skew))
 	if e.main != nil {
 		clock.Set(e.main.clock.Now().Add(skew))
 	}

@@ -90,7 +90,7 @@
 // # How it checks
 //
 // Every subtest drives the backend through throttler.New with a
-// throttler.ManualClock starting at T0, 2030-01-02T03:04:05.678Z, which is
+// throttlertest.ManualClock starting at T0, 2030-01-02T03:04:05.678Z, which is
 // not aligned to a second, so aligned windows end at other moments than
 // anchored ones. Expectations are exact timelines worked out by hand from
 // SPEC (tables of t0..tN), with no tolerance. Beyond each table, every
