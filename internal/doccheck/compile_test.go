@@ -144,7 +144,7 @@ func commentSnippets(t *testing.T, m *module) []snippet {
 			if p != m.root && (strings.HasPrefix(base, ".") || strings.HasPrefix(base, "_") || base == "testdata" || base == "vendor") {
 				return filepath.SkipDir
 			}
-			if _, err := os.Stat(filepath.Join(p, "go.mod")); err == nil && p != m.root {
+			if m.foreignModule(p) {
 				return filepath.SkipDir
 			}
 			return nil
@@ -246,8 +246,14 @@ func (m *module) knownImports(t *testing.T) map[string]string {
 		known[name] = m.modPath + "/" + p.dir
 	}
 	err := filepath.WalkDir(m.root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") {
+		if err != nil {
 			return err
+		}
+		if d.IsDir() && m.foreignModule(p) {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(p, ".go") {
+			return nil
 		}
 		f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.ImportsOnly)
 		if err != nil {
@@ -358,15 +364,49 @@ func wrap(s snippet, known map[string]string) compiled {
 // added for a name the fragment also uses as a variable.
 var loose = regexp.MustCompile(`: (undefined: [A-Za-z_][A-Za-z0-9_]*$|declared and not used|"[^"]*" imported (as \w+ )?and not used|too many return values|not enough return values|missing return)`)
 
+// foreignModule reports whether dir holds a module that is neither the
+// core nor one of its integration modules (bench/).
+func (m *module) foreignModule(dir string) bool {
+	rel, _ := filepath.Rel(m.root, dir)
+	rel = filepath.ToSlash(rel)
+	if rel == "." || m.nested[rel] != "" {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(dir, "go.mod"))
+	return err == nil
+}
+
+// moduleFor returns the directory, relative to the root, of the module a
+// snippet compiles in: the integration module that provides a package it
+// imports (observe/prometheus for promobserver), else the core ("."). A
+// snippet that imports from two integration modules compiles in the first.
+func (m *module) moduleFor(src string) string {
+	f, err := parser.ParseFile(token.NewFileSet(), "", src, parser.ImportsOnly)
+	if err != nil {
+		return "."
+	}
+	best, bestLen := ".", 0
+	for _, imp := range f.Imports {
+		ip, _ := strconv.Unquote(imp.Path.Value)
+		for dir, modPath := range m.nested {
+			if (ip == modPath || strings.HasPrefix(ip, modPath+"/")) && len(modPath) > bestLen {
+				best, bestLen = dir, len(modPath)
+			}
+		}
+	}
+	return best
+}
+
 // compileSnippets compiles every snippet in a package of its own, through
-// an overlay (nothing is written into the repository), and returns each
-// snippet's errors, keyed by index.
+// an overlay (nothing is written into the repository), in the module that
+// provides what it imports, and returns each snippet's errors, keyed by
+// index.
 func compileSnippets(t *testing.T, m *module, snippets []snippet) map[int][]string {
 	t.Helper()
 	known := m.knownImports(t)
 	dir := t.TempDir()
 	overlay := map[string]string{}
-	var pkgs []string
+	pkgs := map[string][]string{} // by module directory
 	units := make([]compiled, len(snippets))
 	for i, s := range snippets {
 		units[i] = wrap(s, known)
@@ -374,9 +414,13 @@ func compileSnippets(t *testing.T, m *module, snippets []snippet) map[int][]stri
 		if err := os.WriteFile(file, []byte(units[i].src), 0o644); err != nil {
 			t.Fatal(err)
 		}
+		mod := m.moduleFor(units[i].src)
 		rel := fmt.Sprintf("internal/doccheck/compiled/s%03d", i)
-		overlay[filepath.Join(m.root, rel, "snippet.go")] = file
-		pkgs = append(pkgs, "./"+rel)
+		if mod != "." {
+			rel = fmt.Sprintf("doccheckcompiled/s%03d", i)
+		}
+		overlay[filepath.Join(m.root, mod, rel, "snippet.go")] = file
+		pkgs[mod] = append(pkgs[mod], "./"+rel)
 	}
 	ov, err := json.Marshal(map[string]any{"Replace": overlay})
 	if err != nil {
@@ -390,9 +434,21 @@ func compileSnippets(t *testing.T, m *module, snippets []snippet) map[int][]stri
 	if _, err := os.Stat(gobin); err != nil {
 		gobin = "go"
 	}
-	cmd := exec.Command(gobin, append([]string{"build", "-overlay", ovPath, "-gcflags=-e"}, pkgs...)...)
-	cmd.Dir = m.root
-	out, _ := cmd.CombinedOutput()
+	var out []byte
+	failed := false
+	for mod, list := range pkgs {
+		args := []string{"build", "-overlay", ovPath, "-gcflags=-e"}
+		if len(list) == 1 {
+			// A lone main package would leave its binary in the
+			// module's directory; several are compiled and discarded.
+			args = append(args, "-o", os.DevNull)
+		}
+		cmd := exec.Command(gobin, append(args, list...)...)
+		cmd.Dir = filepath.Join(m.root, mod)
+		o, err := cmd.CombinedOutput()
+		out = append(out, o...)
+		failed = failed || err != nil
+	}
 	errs := map[int][]string{}
 	where := regexp.MustCompile(`snippet(\d{3})\.go:(\d+):(\d+): (.*)$`)
 	for _, line := range strings.Split(string(out), "\n") {
@@ -411,7 +467,7 @@ func compileSnippets(t *testing.T, m *module, snippets []snippet) map[int][]stri
 		n, _ := strconv.Atoi(sm[2])
 		errs[i] = append(errs[i], fmt.Sprintf("line %d: %s", n-u.lineOffset, sm[4]))
 	}
-	if len(errs) == 0 && cmd.ProcessState != nil && !cmd.ProcessState.Success() {
+	if len(errs) == 0 && failed {
 		// Every complaint was allowed, or the build failed for another
 		// reason: rebuild nothing, but say so when nothing was parsed.
 		for _, line := range strings.Split(string(out), "\n") {

@@ -16,13 +16,18 @@
 //     compiler and to examples/examples_test.go.
 //
 // and reports every reference that names nothing. References to other
-// modules' packages (redis.NewClient) are not checked.
+// modules' packages (redis.NewClient) are not checked. The integration
+// modules inside the repository (observe/otel, observe/prometheus,
+// middleware/grpc, each with a go.mod of its own) count as the module's:
+// their packages are loaded and checked the same way; bench/ is not.
 //
 // # Code that compiles
 //
 // A second test compiles the Go the documentation shows, each piece as a
 // package of its own, through go build's -overlay (nothing is written into
-// the repository; the packages exist only for the build):
+// the repository; the packages exist only for the build), in the module
+// that provides what it imports (a program that imports promobserver
+// compiles in observe/prometheus's module, everything else in the core's):
 //
 //   - every ```go block of README.md and docs/*.md. A block that starts
 //     with a package clause is a whole program and compiles as it stands,
