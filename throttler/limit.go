@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/throttlekit/throttlekit/internal/quoted"
 	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
@@ -117,23 +118,11 @@ func quoteIfNeeded(name string, plain func(string) bool) string {
 }
 
 // splitOutside splits s at every byte sep accepts that stands outside a
-// double-quoted string, in which a backslash escapes the byte after it. An
-// unterminated quote runs to the end of s.
+// double-quoted string; an unterminated quote runs to the end of s, where
+// the name it opens is refused.
 func splitOutside(s string, sep func(byte) bool) []string {
-	var parts []string
-	start, quoted := 0, false
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case quoted && c == '\\':
-			i++
-		case c == '"':
-			quoted = !quoted
-		case !quoted && sep(c):
-			parts = append(parts, s[start:i])
-			start = i + 1
-		}
-	}
-	return append(parts, s[start:])
+	parts, _ := quoted.Split(s, sep)
+	return parts
 }
 
 // notationFields splits a limit's notation into its fields: at white space
