@@ -397,6 +397,7 @@ var suite = []subtest{
 	// Seeding state from another store.
 	{"SeedEveryAlgorithm", testSeedEveryAlgorithm},
 	{"SeedKeepsNewer", testSeedKeepsNewer},
+	{"SeedKeepsHeldWindow", testSeedKeepsHeldWindow},
 	{"SeedClosedWindowIgnored", testSeedClosedWindowIgnored},
 	{"SeedThenDecide", testSeedThenDecide},
 	{"SeedConcurrentWriters", testSeedConcurrentWriters},

@@ -257,7 +257,9 @@
 //	  ignored
 //	Seeding 3: nothing held takes the given       SeedEveryAlgorithm, SeedThenDecide
 //	  state
-//	Seeding 4: the newer wins, per algorithm      SeedKeepsNewer, SeedConcurrentWriters
+//	Seeding 4: both count: a fixed window keeps   SeedKeepsHeldWindow, SeedKeepsNewer,
+//	  the held End and the larger Used; GCRA and  SeedConcurrentWriters
+//	  sliding the newer
 //	Seeding 5: merge, then decide, one atomic     SeedThenDecide, SeedConcurrentWriters
 //	  step; a denial keeps the merge
 //	Seeding 6: Prior is what the store held       SeedEveryAlgorithm, SeedKeepsNewer; every seed the

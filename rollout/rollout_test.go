@@ -210,6 +210,57 @@ func TestMirrorMovedIdentifierKeepsWindow(t *testing.T) {
 	}
 }
 
+// TestMirrorSecondaryKeepsItsOpenWindow: a secondary that already holds
+// its own open fixed window, with another End than the primary's, keeps
+// that End until it closes (driver.Merge never moves an open window's
+// End) and takes the larger count at each write; every decision mirrored
+// into it counts in MirrorDiverged, even when the merge changes nothing.
+// From the window after, both stores hold the same and the count stops.
+// Timeline (10/min, seeding off so that the primary keeps its own count):
+//
+//	t0       secondary: 9 units, End t0+60s
+//	t0+10s   primary:   3 units, End t0+70s
+//	t0+20s   +1: primary 4 (t0+70s); secondary stays 9 (t0+60s)   diverged 1
+//	t0+30s   +1: primary 5 (t0+70s); secondary stays 9 (t0+60s)   diverged 2
+//	t0+61s   +1: primary 6 (t0+70s); secondary closed, takes it   diverged 3
+//	t0+62s   +1: primary 7 (t0+70s); secondary 7 (t0+70s)         diverged 3
+func TestMirrorSecondaryKeepsItsOpenWindow(t *testing.T) {
+	src := mustStatic(t, 0)
+	clock := throttler.NewManualClock(t0)
+	policy := mustPolicy(t, "api", "10/min")
+	oldB, newB := memorybackend.New(), memorybackend.New()
+	oldV, newV := newView(oldB, clock, policy), newView(newB, clock, policy)
+	newV.allowN(t, "u", 9)
+	clock.Set(t0.Add(10 * time.Second))
+	oldV.allowN(t, "u", 3)
+	rb := mustRollout(t, oldB, newB, src, WithMode(MirrorMode), WithSeeding(false))
+	th := testkit.Throttler(t, rb, throttler.WithClock(clock))
+	for _, c := range []struct {
+		at                      time.Duration
+		used, secondaryUsed     int64
+		secondaryEnd            time.Duration
+		mirrorDiverged, mirrors uint64
+	}{
+		{20 * time.Second, 4, 9, time.Minute, 1, 1},
+		{30 * time.Second, 5, 9, time.Minute, 2, 2},
+		{61 * time.Second, 6, 6, 70 * time.Second, 3, 3},
+		{62 * time.Second, 7, 7, 70 * time.Second, 3, 4},
+	} {
+		clock.Set(t0.Add(c.at))
+		r, err := th.Allow(context.Background(), policy, "u")
+		require.NoError(t, err)
+		require.True(t, r.Allowed)
+		assert.EqualValues(t, c.used, r.Used, "at t0+%v", c.at)
+		assert.True(t, r.ResetAt.Equal(t0.Add(70*time.Second)), "at t0+%v: ResetAt t0+%v, want the primary's t0+70s", c.at, r.ResetAt.Sub(t0))
+		sec := newV.peek(t, "u")
+		assert.EqualValues(t, c.secondaryUsed, sec.Used, "at t0+%v: secondary Used", c.at)
+		assert.True(t, sec.ResetAt.Equal(t0.Add(c.secondaryEnd)), "at t0+%v: secondary ResetAt t0+%v, want t0+%v", c.at, sec.ResetAt.Sub(t0), c.secondaryEnd)
+		st := rb.Stats()
+		assert.Equal(t, c.mirrors, st.Mirrored, "at t0+%v", c.at)
+		assert.Equal(t, c.mirrorDiverged, st.MirrorDiverged, "at t0+%v", c.at)
+	}
+}
+
 // TestMirrorDenialConsumesNothing: when the serving backend denies, neither
 // backend changes.
 func TestMirrorDenialConsumesNothing(t *testing.T) {

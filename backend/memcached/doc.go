@@ -287,10 +287,11 @@
 //     counter under a new token holding the given count, then W written
 //     to name it by add or by cas over the W read. A lost publish rereads
 //     W and merges again.
-//   - Fixed window, one open and the merge changes it (a larger count of
-//     the same window, or another open window, which Merge takes): the
-//     window is replaced. A counter C' under a new token is created with
-//     the merged count; then the open window's counter C is swapped, by
+//   - Fixed window, one open and the merge changes it (a larger count,
+//     given for the same window or for another open one: Merge keeps the
+//     open window's End and takes the larger count): the window is
+//     replaced by itself with the larger count. A counter C' under a new
+//     token is created for the same End with the merged count; then the open window's counter C is swapped, by
 //     cas over its read, for the forward marker "fwd end token" naming C';
 //     then W is pointed at C' by cas over the W read. The swap is the
 //     merge's atomic step: every incr and decr changes C's CAS id, so the

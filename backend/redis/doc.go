@@ -207,9 +207,9 @@
 // seed.lua, one EVALSHA on the identifier's keys: it merges the given
 // states into the stored ones as driver.Merge does (a given state that
 // counts nothing at now is ignored, one the store lacks is taken as it is,
-// and when both count the newer wins: for one fixed window the larger
-// count, a different open window the given one, the later GCRA TAT, the
-// later sliding window), then decides the request's cost on the merged
+// and when both count: a fixed window keeps the End the store holds with
+// the larger of the two counts, whatever End the given one has; GCRA the
+// later TAT; sliding the later window), then decides the request's cost on the merged
 // states as driver.Decide does (cost 0: the merge alone), all in one atomic
 // step. The reply carries the verdict, the states after the step
 // (Outcome.States) and the states read before it (Outcome.Prior). The
@@ -326,16 +326,26 @@
 // redisgroups) the decisions of a round trip go as one call of
 // decide_many.lua, which decides them one after the other exactly as
 // decide.lua would (TestDecideManyMirrorsDecide), so Redis pays its
-// per-call cost once per round trip. On a Cluster the decisions of a round
-// trip that share a slot go as one decide_many.lua call and the others as
-// a call each, in one pipeline that go-redis splits by node. That is the
-// Cluster's ceiling: Redis 7 refuses a script whose declared keys span
-// slots, even with the allow-cross-slot-keys flag, and passing keys as
-// arguments would break the rule that a script declares every key it
-// touches, which Cluster routing and ACL key patterns rely on; so with
-// identifiers spread over 16,384 slots, nearly every decision pays Redis's
-// per-call cost, and a Cluster's throughput grows with its nodes rather
-// than with the batch.
+// per-call cost once per round trip. Up to two round trips are in flight
+// per server, each on a connection of the pool, so that the server runs
+// one while the other's reply and the next request travel.
+//
+// On a Cluster each primary has a batcher of its own, fed by the client's
+// slot map: a round trip carries the decisions of every slot that node
+// serves, as one call of decide_many.lua, and waits on no other node, so a
+// node that dies or hangs delays only its own slots' decisions
+// (TestClusterKillDegradesOnlyTheDeadNode: 0 degraded decisions on the
+// live primaries over ten kills). decide_many.lua is declared with
+// allow-cross-slot-keys, which lets a script touch keys of several slots
+// of its node if they are not declared: it declares its first key, for
+// routing, and reads the others from its arguments. Redis still checks
+// every command the script runs against the node's slots and the ACL's
+// key patterns. A decision whose key the node does not serve (the client's
+// slot map is behind a migration or a failover) is refused by the script
+// before anything is written for it and goes again alone through the
+// Cluster client, which follows the redirect; the client is asked to reload
+// its slot map. Peeks go through the Cluster client unbatched, so a client
+// that reads from replicas still does.
 //
 // # What Redis can lose
 //
