@@ -427,7 +427,7 @@ func TestDisagreementOnTheSplitAndResetAt(t *testing.T) {
 		{MirrorMode, "10/min aligned", 0},
 	} {
 		t.Run(c.mode.String()+"/"+c.limit, func(t *testing.T) {
-			clock := throttler.NewManualClock(t0)
+			clock := throttlertest.NewManualClock(t0)
 			policy := mustPolicy(t, "api", c.limit)
 			oldB, newB := memorybackend.New(), memorybackend.New()
 			src1, src2 := mustStatic(t, 40), mustStatic(t, 40)
@@ -523,7 +523,7 @@ func TestMirrorRaceWhileProcessesDisagree(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, id)
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "10/min")
 	oldB, newB := &beforeSeed{Backend: memorybackend.New()}, memorybackend.New()
 	src1, src2 := mustStatic(t, 50), mustStatic(t, 40)

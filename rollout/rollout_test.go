@@ -226,7 +226,7 @@ func TestMirrorMovedIdentifierKeepsWindow(t *testing.T) {
 //	t0+62s   +1: primary 7 (t0+70s); secondary 7 (t0+70s)         diverged 3
 func TestMirrorSecondaryKeepsItsOpenWindow(t *testing.T) {
 	src := mustStatic(t, 0)
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "10/min")
 	oldB, newB := memorybackend.New(), memorybackend.New()
 	oldV, newV := newView(oldB, clock, policy), newView(newB, clock, policy)
