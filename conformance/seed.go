@@ -784,5 +784,6 @@ func mustParse(t *testing.T, name, limits string) *throttler.Policy {
 	if err != nil {
 		t.Fatalf("ParsePolicy(%q, %q): %v", name, limits, err)
 	}
+	checkNotation(t, p)
 	return p
 }

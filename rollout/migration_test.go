@@ -15,6 +15,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // step sets the rollout's percentage at an offset from the deploy.
@@ -79,7 +80,7 @@ func (m migration) run(t *testing.T, oldB, newB driver.Backend, callTimeout time
 	t.Helper()
 	rng := rand.New(rand.NewPCG(m.seed, 7))
 	start := t0.Add(time.Duration(rng.IntN(60_000)) * time.Millisecond)
-	clock := throttler.NewManualClock(start)
+	clock := throttlertest.NewManualClock(start)
 	policy := mustPolicy(t, "migrate", m.limits)
 	opts := []throttler.Option{throttler.WithClock(clock), throttler.WithCallTimeout(callTimeout)}
 	ref := testkit.Throttler(t, memorybackend.New(), opts...)
@@ -284,7 +285,7 @@ func TestKeyLayoutUpgradeIsFaithful(t *testing.T) {
 // the process starts, and never after it: a process that has run for a
 // window adds no round trip.
 func TestUpgradeStopsLookingAfterTheHorizon(t *testing.T) {
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "10/min, 100/h sliding")
 	rb, err := UpgradeKeys(memorybackend.New())
 	require.NoError(t, err)
@@ -312,7 +313,7 @@ func TestUpgradeStopsLookingAfterTheHorizon(t *testing.T) {
 // grant up to twice Max. Once both hold the same split, the next move seeds
 // the serving store and every later window grants at most Max.
 func TestTwoProcessesDisagreeingOnTheSplit(t *testing.T) {
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "10/min")
 	oldB, newB := memorybackend.New(), memorybackend.New()
 	src1, src2 := mustStatic(t, 40), mustStatic(t, 40)
@@ -426,7 +427,7 @@ func TestDisagreementOnTheSplitAndResetAt(t *testing.T) {
 		{MirrorMode, "10/min aligned", 0},
 	} {
 		t.Run(c.mode.String()+"/"+c.limit, func(t *testing.T) {
-			clock := throttler.NewManualClock(t0)
+			clock := throttlertest.NewManualClock(t0)
 			policy := mustPolicy(t, "api", c.limit)
 			oldB, newB := memorybackend.New(), memorybackend.New()
 			src1, src2 := mustStatic(t, 40), mustStatic(t, 40)
@@ -522,7 +523,7 @@ func TestMirrorRaceWhileProcessesDisagree(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, id)
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "10/min")
 	oldB, newB := &beforeSeed{Backend: memorybackend.New()}, memorybackend.New()
 	src1, src2 := mustStatic(t, 50), mustStatic(t, 40)
@@ -593,7 +594,7 @@ func TestMirrorRaceWhileProcessesDisagree(t *testing.T) {
 // at most WithSeedMemory of them; one it forgot is only looked up again,
 // and its window is kept all the same.
 func TestSeedMemoryIsBounded(t *testing.T) {
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "3/min")
 	oldB, newB := memorybackend.New(), memorybackend.New()
 	src := mustStatic(t, 0)

@@ -14,6 +14,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // sideIDs returns n identifiers that split sends to side.
@@ -118,7 +119,7 @@ func TestStaticSplitIsStickyAndMonotone(t *testing.T) {
 // a moved identifier starts afresh, which is what mirror mode prevents.
 func TestSplitModeRoutes(t *testing.T) {
 	src := mustStatic(t, 50)
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "10/min")
 	oldB, newB := memorybackend.New(), memorybackend.New()
 	th := testkit.Throttler(t, mustRollout(t, oldB, newB, src), throttler.WithClock(clock))
@@ -164,7 +165,7 @@ func TestMirrorMovedIdentifierKeepsWindow(t *testing.T) {
 	for _, lim := range []string{"10/min", "10/min aligned", "10/min gcra"} {
 		t.Run(lim, func(t *testing.T) {
 			src := mustStatic(t, 0)
-			clock := throttler.NewManualClock(t0.Add(17 * time.Second))
+			clock := throttlertest.NewManualClock(t0.Add(17 * time.Second))
 			policy := mustPolicy(t, "api", lim+", 100/h")
 			oldB, newB := memorybackend.New(), memorybackend.New()
 			rb := mustRollout(t, oldB, newB, src, WithMode(MirrorMode))
@@ -225,7 +226,7 @@ func TestMirrorMovedIdentifierKeepsWindow(t *testing.T) {
 //	t0+62s   +1: primary 7 (t0+70s); secondary 7 (t0+70s)         diverged 3
 func TestMirrorSecondaryKeepsItsOpenWindow(t *testing.T) {
 	src := mustStatic(t, 0)
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "10/min")
 	oldB, newB := memorybackend.New(), memorybackend.New()
 	oldV, newV := newView(oldB, clock, policy), newView(newB, clock, policy)
@@ -264,7 +265,7 @@ func TestMirrorSecondaryKeepsItsOpenWindow(t *testing.T) {
 // backend changes.
 func TestMirrorDenialConsumesNothing(t *testing.T) {
 	src := mustStatic(t, 0)
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "3/min")
 	oldB, newB := memorybackend.New(), memorybackend.New()
 	th := testkit.Throttler(t, mustRollout(t, oldB, newB, src, WithMode(MirrorMode)), throttler.WithClock(clock))
@@ -288,7 +289,7 @@ func TestMirrorDenialConsumesNothing(t *testing.T) {
 // before mirroring) it takes what room it has and the rest is counted.
 func TestMirrorShortfall(t *testing.T) {
 	src := mustStatic(t, 0)
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "10/min")
 	oldB, newB := memorybackend.New(), memorybackend.New()
 	newView(newB, clock, policy).allowN(t, "u", 8)
@@ -320,7 +321,7 @@ func TestMirrorShortfall(t *testing.T) {
 func TestSecondaryErrorsNeverChangeTheDecision(t *testing.T) {
 	for _, mode := range []Mode{MirrorMode, ShadowMode} {
 		t.Run(mode.String(), func(t *testing.T) {
-			clock := throttler.NewManualClock(t0)
+			clock := throttlertest.NewManualClock(t0)
 			policy := mustPolicy(t, "api", "3/min")
 			primary, broken := memorybackend.New(), &brokenBackend{}
 			var mu sync.Mutex
@@ -362,7 +363,7 @@ func TestSecondaryErrorsNeverChangeTheDecision(t *testing.T) {
 // different histories and checks each kind of disagreement is counted, in
 // both directions of the verdict, and reported to the handler.
 func TestShadowCountsMismatchesByKind(t *testing.T) {
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "5/min")
 	primary, shadow := memorybackend.New(), memorybackend.New()
 	pv, sv := newView(primary, clock, policy), newView(shadow, clock, policy)
@@ -422,7 +423,7 @@ func TestShadowCountsMismatchesByKind(t *testing.T) {
 // TestShadowPrimaryIsTheServingSide: at 100% the new backend decides and
 // the old one shadows.
 func TestShadowPrimaryIsTheServingSide(t *testing.T) {
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "1/min")
 	oldB, newB := memorybackend.New(), memorybackend.New()
 	newView(oldB, clock, policy).allowN(t, "u", 1)
@@ -441,7 +442,7 @@ func TestShadowPrimaryIsTheServingSide(t *testing.T) {
 // TestOptionalInterfaces checks the forwarding of Peek, Refund, Reset and
 // Ping, and their fallbacks.
 func TestOptionalInterfaces(t *testing.T) {
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "10/min")
 	ctx := context.Background()
 
@@ -542,7 +543,7 @@ func TestConcurrentSetAndDecide(t *testing.T) {
 	src := mustStatic(t, 0)
 	policy := mustPolicy(t, "api", "1000000/h")
 	th := testkit.Throttler(t, mustRollout(t, memorybackend.New(), memorybackend.New(), src, WithMode(MirrorMode)),
-		throttler.WithClock(throttler.NewManualClock(t0)))
+		throttler.WithClock(throttlertest.NewManualClock(t0)))
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	stop := make(chan struct{})

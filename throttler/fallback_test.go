@@ -12,6 +12,7 @@ import (
 	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // TestLocalFallbackKeepsAbusersLimited: while the store is down, FailLocal
@@ -20,7 +21,7 @@ import (
 // every other identifier still passes.
 func TestLocalFallbackKeepsAbusersLimited(t *testing.T) {
 	ctx := context.Background()
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	th := testkit.Throttler(t, failing{}, throttler.WithClock(clock), throttler.WithLogger(nil),
 		throttler.WithLocalFallback(memorybackend.New(), 4))
 	p := policy(t, "100/min, 1000/h")
@@ -56,7 +57,7 @@ func TestLocalFallbackKeepsAbusersLimited(t *testing.T) {
 // policies.
 func TestFailLocalWithoutAStoreFailsClosed(t *testing.T) {
 	ctx := context.Background()
-	th := testkit.Throttler(t, failing{}, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithLogger(nil))
+	th := testkit.Throttler(t, failing{}, throttler.WithClock(throttlertest.NewManualClock(t0)), throttler.WithLogger(nil))
 	r, err := th.Allow(ctx, policy(t, "10/min", throttler.WithFailureMode(throttler.FailLocal)), "u")
 	require.NoError(t, err)
 	assert.True(t, r.Degraded)
@@ -71,7 +72,7 @@ func TestFailLocalWithoutAStoreFailsClosed(t *testing.T) {
 // policy may still choose FailLocal.
 func TestLocalFallbackOptions(t *testing.T) {
 	ctx := context.Background()
-	th := testkit.Throttler(t, failing{}, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithLogger(nil),
+	th := testkit.Throttler(t, failing{}, throttler.WithClock(throttlertest.NewManualClock(t0)), throttler.WithLogger(nil),
 		throttler.WithFailureMode(throttler.FailOpen), throttler.WithLocalFallback(memorybackend.New(), 2))
 	r, err := th.Allow(ctx, policy(t, "1/min"), "u")
 	require.NoError(t, err)

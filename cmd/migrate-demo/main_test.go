@@ -19,6 +19,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/localserver"
 	"github.com/throttlekit/throttlekit/rollout"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // runDemo runs the demo in-process with cfg and returns its verdict and
@@ -541,7 +542,7 @@ func TestLegacyLimiter(t *testing.T) {
 
 	reader, err := legacybackend.NewMemcached(client, lim.window, legacybackend.WithKeyFunc(lim.key))
 	require.NoError(t, err)
-	th, err := throttler.New(reader, throttler.WithClock(throttler.NewManualClock(t0.Add(5*time.Second))))
+	th, err := throttler.New(reader, throttler.WithClock(throttlertest.NewManualClock(t0.Add(5*time.Second))))
 	require.NoError(t, err)
 	r, err := th.Peek(context.Background(), policy, "alice")
 	require.NoError(t, err)
