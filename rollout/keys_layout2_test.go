@@ -12,6 +12,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // storeWithLayout2 is a store whose own layout changed after key layout 1,
@@ -29,7 +30,7 @@ func (s storeWithLayout2) Layout2() driver.Backend { return s.earlier }
 // in the store under layout-1 keys (where a Redis store of layout 3 never
 // held them), so the window carries on.
 func TestUpgradeKeysReadsTheEarlierLayoutWhereTheStoreKeepsIt(t *testing.T) {
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "5/min")
 	earlier := memorybackend.New()
 	old := testkit.Throttler(t, KeyLayoutV1(earlier), throttler.WithClock(clock))

@@ -17,6 +17,7 @@ import (
 	"github.com/throttlekit/throttlekit/rollout"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // TestLayout2BesideCountsWithTheOldRelease runs a timeline in which a
@@ -36,7 +37,7 @@ func TestLayout2BesideCountsWithTheOldRelease(t *testing.T) {
 			b := mustBackend(t, client, redisbackend.WithPrefix(prefix))
 			beside, err := b.Layout2Beside(keyLayout)
 			require.NoError(t, err)
-			clock := throttler.NewManualClock(testkit.T0)
+			clock := throttlertest.NewManualClock(testkit.T0)
 			p := mustPolicy(t, "api", "4/min")
 			compiled := testkit.Compile(t, p)
 			var old driver.Backend = redislayout2.New(client, prefix)
@@ -144,7 +145,7 @@ func TestLayout2BesideMatchesOneStore(t *testing.T) {
 			b := mustBackend(t, client, redisbackend.WithPrefix(prefix))
 			beside, err := b.Layout2Beside(2)
 			require.NoError(t, err)
-			clock := throttler.NewManualClock(testkit.T0)
+			clock := throttlertest.NewManualClock(testkit.T0)
 			p := mustPolicy(t, "api", limits)
 			opts := []throttler.Option{throttler.WithClock(clock), throttler.WithLogger(nil), throttler.WithCallTimeout(5 * time.Second)}
 			procs := []*throttler.Throttler{
