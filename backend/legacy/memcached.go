@@ -167,10 +167,11 @@ func (m *Memcached) decidable(req driver.Request) (int, string, error) {
 	return i, key, nil
 }
 
-// longestSuffix is the longest suffix the backend adds to a counter key.
+// longestSuffix is the longest suffix the backend adds to a counter key:
+// an opening lock's has up to 16 digits.
 func (m *Memcached) longestSuffix() string {
-	if m.deciding && !m.resetMillis {
-		return EndSuffix
+	if m.deciding {
+		return OpeningSuffix + "0000000000000000"
 	}
 	return ResetSuffix
 }
@@ -324,8 +325,9 @@ func raced(err error) bool {
 // both open a window.
 func (m *Memcached) decide(ctx context.Context, req driver.Request, i int, key string) (driver.Outcome, error) {
 	nowMs := req.Now.UnixMilli()
+	var lost time.Time // when a write of this call last lost a race
 	for range maxAttempts {
-		s, err := m.read(ctx, key)
+		s, err := m.settled(ctx, key, nowMs, lost)
 		if err != nil {
 			return driver.Outcome{}, err
 		}
@@ -343,12 +345,13 @@ func (m *Memcached) decide(ctx context.Context, req driver.Request, i int, key s
 			state = driver.State{Used: int64(min(n, uint64(driver.MaxQuota))), End: s.endMs}
 		} else {
 			endMs := m.opening(req.Now)
-			ok, err := m.openWindow(ctx, key, s, req.Cost, endMs, nowMs)
+			ok, err := m.openWindow(ctx, key, s, req.Cost, endMs, nowMs, lost.IsZero() || time.Since(lost) <= openWait)
 			if err != nil {
 				return driver.Outcome{}, err
 			}
 			if !ok {
 				m.stats.contended.Add(1)
+				lost = time.Now()
 				continue
 			}
 			m.stats.opened.Add(1)
@@ -363,6 +366,38 @@ func (m *Memcached) decide(ctx context.Context, req driver.Request, i int, key s
 	return driver.Outcome{}, m.contention(key)
 }
 
+// openWait bounds how long a call whose write lost a race waits for the
+// window another writer is opening, and openPoll how often it looks.
+const (
+	openWait = 200 * time.Millisecond
+	openPoll = time.Millisecond
+)
+
+// settled reads the counter key. After a write of this call lost a race
+// (lost is when: the opening lock was taken, or the counter changed since
+// it was read), a read that finds no window open most likely caught
+// another process opening one, between its lock and its reset key: the
+// call then reads again until the reset key follows, rather than open a
+// window over that one and lose its count. It stops waiting after
+// openWait (the other writer died between its writes, or the race was
+// with a late INCR of the old code into an ended window, and nobody is
+// opening one), and then opens without the lock; or when ctx ends.
+func (m *Memcached) settled(ctx context.Context, key string, nowMs int64, lost time.Time) (stored, error) {
+	for {
+		s, err := m.read(ctx, key)
+		if err != nil || lost.IsZero() || s.open(nowMs) || time.Since(lost) > openWait {
+			return s, err
+		}
+		t := time.NewTimer(openPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return stored{}, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
 // contention is the error of a call that lost every attempt to other
 // writers.
 func (m *Memcached) contention(key string) error {
@@ -370,15 +405,25 @@ func (m *Memcached) contention(key string) error {
 }
 
 // openWindow makes the counter key hold used for a window ending at endMs
-// in place of what s read: an add when the counter was missing, a CAS
-// against the item read otherwise, so that it fails (false) when another
-// writer changed the counter since. The counter is written before the
-// reset key, as the hand-written limiter writes them, so that a reader
-// never pairs a new end with an old count.
-func (m *Memcached) openWindow(ctx context.Context, key string, s stored, used, endMs, nowMs int64) (bool, error) {
+// in place of what s read, and reports false when another writer got
+// there first. With lock, it first adds the lock key of the window s read
+// (OpeningSuffix), so that of the new processes that found the same window
+// ended only one opens the next: the others find the lock taken and wait
+// for its reset key (settled). The counter write is conditional too, an
+// add when the counter was missing, a CAS against the item read
+// otherwise, so that a write of the old code in between wins. The counter
+// is written before the reset key, as the hand-written limiter writes
+// them, so that a reader never pairs a new end with an old count.
+func (m *Memcached) openWindow(ctx context.Context, key string, s stored, used, endMs, nowMs int64, lock bool) (bool, error) {
 	ttl := expiry(endMs, nowMs)
 	value := []byte(strconv.FormatInt(used, 10))
 	_, err := await(ctx, func() (struct{}, error) {
+		if lock {
+			l := &memcache.Item{Key: openingKey(key, s), Value: []byte(strconv.FormatInt(endMs, 10)), Expiration: lockExpiry}
+			if err := m.client.Add(l); err != nil {
+				return struct{}{}, err
+			}
+		}
 		if s.counter == nil {
 			return struct{}{}, m.client.Add(&memcache.Item{Key: key, Value: value, Expiration: ttl})
 		}
@@ -393,6 +438,23 @@ func (m *Memcached) openWindow(ctx context.Context, key string, s stored, used, 
 		return false, fmt.Errorf("throttlekit: legacy: memcached: open a window in %q: %w", key, err)
 	}
 	return true, m.writeEnd(ctx, key, s, endMs, ttl)
+}
+
+// OpeningSuffix, followed by the end (Unix milliseconds, 0 for none) of
+// the window a Deciding Memcached found ended, names the short-lived key
+// whose add elects the one process that opens the next window: the
+// counter "rl:42", whose window ended at 1700000000000, is reopened under
+// "rl:42:opening:1700000000000". The old code never reads it.
+const OpeningSuffix = ":opening:"
+
+// lockExpiry is how long, in seconds, an opening lock outlives its add:
+// long enough to cover the two writes that follow it, short enough to be
+// gone before the counter's own items expire.
+const lockExpiry = 2
+
+// openingKey returns the lock key for reopening the window s holds.
+func openingKey(key string, s stored) string {
+	return key + OpeningSuffix + strconv.FormatInt(s.endMs, 10)
 }
 
 // writeEnd writes the reset key of a window ending at endMs, and its
@@ -455,20 +517,22 @@ func (m *Memcached) Seed(ctx context.Context, req driver.Request, given []driver
 		return driver.Outcome{}, err
 	}
 	nowMs := req.Now.UnixMilli()
+	var lost time.Time // when a write of this call last lost a race
 	for range maxAttempts {
-		s, err := m.read(ctx, key)
+		s, err := m.settled(ctx, key, nowMs, lost)
 		if err != nil {
 			return driver.Outcome{}, err
 		}
 		held := s.state(nowMs)
 		merged := []driver.State{held}
 		if driver.Merge(p, req.Now, merged, given) && merged[0] != held {
-			ok, err := m.write(ctx, key, s, merged[0], nowMs)
+			ok, err := m.write(ctx, key, s, merged[0], nowMs, lost.IsZero() || time.Since(lost) <= openWait)
 			if err != nil {
 				return driver.Outcome{}, err
 			}
 			if !ok {
 				m.stats.contended.Add(1)
+				lost = time.Now()
 				continue
 			}
 			m.stats.seeded.Add(1)
@@ -489,7 +553,7 @@ func (m *Memcached) Seed(ctx context.Context, req driver.Request, given []driver
 // write makes the legacy store hold want (an open window) in place of s,
 // or reports false when another writer changed the counter since s was
 // read.
-func (m *Memcached) write(ctx context.Context, key string, s stored, want driver.State, nowMs int64) (bool, error) {
+func (m *Memcached) write(ctx context.Context, key string, s stored, want driver.State, nowMs int64, lock bool) (bool, error) {
 	if s.state(nowMs) != (driver.State{}) && want.End == s.endMs {
 		// The same window, counted further: raise the count only.
 		it := *s.counter
@@ -503,7 +567,7 @@ func (m *Memcached) write(ctx context.Context, key string, s stored, want driver
 		}
 		return true, nil
 	}
-	return m.openWindow(ctx, key, s, want.Used, want.End, nowMs)
+	return m.openWindow(ctx, key, s, want.Used, want.End, nowMs, lock)
 }
 
 // parseReset reads a reset key's value as Unix milliseconds.
