@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -29,6 +31,10 @@ func runDemo(t *testing.T, cfg Config) (Verdict, string) {
 	// same time: a stalled call would fail open and show as a degraded
 	// response, which is about the machine, not the migration.
 	cfg.CallTimeout = 2 * time.Second
+	cfg.Verbose = true
+	if cfg.ReportPath == "" {
+		cfg.ReportPath = filepath.Join(t.TempDir(), "report.html")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
@@ -315,6 +321,70 @@ func TestJudge(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
+// TestTrail is a timeline of one client's responses of one limit, whose
+// window shows Reset 101 (certainly open until 100 s): the results that
+// contradict the store are those between two responses of one window that
+// show another window, or a Used outside theirs.
+func TestTrail(t *testing.T) {
+	type step struct {
+		recvMs, reset, used int64
+		// want lists the used figures of the responses this one shows to
+		// contradict the store.
+		want []int64
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"one window, Used rising", []step{{95_000, 101, 1, nil}, {96_000, 101, 2, nil}, {97_000, 101, 3, nil}}},
+		{"a made-up window between two of the real one", []step{
+			{95_000, 101, 5, nil}, {96_000, 106, 1, nil}, {96_500, 101, 6, []int64{1}}}},
+		{"two made-up windows in a row", []step{
+			{95_000, 101, 5, nil}, {96_000, 106, 1, nil}, {96_100, 107, 1, nil}, {96_500, 101, 7, []int64{1, 1}}}},
+		{"Used going down within the window", []step{{95_000, 101, 5, nil}, {96_000, 101, 2, []int64{2}}, {97_000, 101, 6, nil}}},
+		{"a suspect of the same window with Used above the next", []step{
+			{95_000, 101, 5, nil}, {96_000, 101, 9, nil}, {97_000, 101, 7, []int64{7}}}},
+		{"the next window, once the last may have ended", []step{{95_000, 101, 5, nil}, {100_200, 111, 1, nil},
+			{101_000, 111, 2, nil}}},
+		{"a new window that never shows the old one again", []step{{95_000, 101, 5, nil}, {96_000, 106, 1, nil},
+			{100_500, 111, 1, nil}, {101_000, 111, 2, nil}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var tr trail
+			for i, s := range tc.steps {
+				got := tr.next(observation{status: http.StatusOK, received: time.UnixMilli(s.recvMs), reset: s.reset,
+					used: s.used, member: "core:30/10s"})
+				var used []int64
+				for _, o := range got {
+					used = append(used, o.used)
+				}
+				assert.Equal(t, s.want, used, "step %d", i)
+			}
+		})
+	}
+}
+
+func TestJudgeStall(t *testing.T) {
+	good := phaseResult{stalls: 14, stalled: 3500 * time.Millisecond, target: 100}
+	good.totals.sides[1] = sideCounts{requests: 1000, allowed: 800, denied: 200, degraded: 90}
+	v := judgeStall(good, nil, 400)
+	assert.True(t, v.Pass, v.Line)
+	assert.Equal(t, "stalled Redis group: PASS (14 bursts of 250ms, 3.5 s stopped: 1,000 responses from 400 clients, "+
+		"90 degraded and marked; 0 results contradicting the store, 0 ResetAt changes, 0 double grants, "+
+		"0 denials claiming quota, 0 failed)", v.Line)
+
+	bad := good
+	bad.totals.sides[1].contradictions, bad.totals.sides[1].resetChanges, bad.totals.sides[1].doubleGrants = 6, 12, 4
+	bad.totals.sides[1].degraded, bad.totals.errors = 0, 2
+	v = judgeStall(bad, errors.New("redis-server on 127.0.0.1:1 is not running"), 400)
+	assert.False(t, v.Pass)
+	assert.Equal(t, []string{
+		"no ResetAt change (12)", "no double grant (4)", "no result contradicting the store (6)",
+		"no failed requests (2)", "the stall reached the clients (14 bursts, 0 degraded responses)",
+		"the group stopped and resumed (redis-server on 127.0.0.1:1 is not running)",
+	}, v.Failures)
+}
+
 func TestWindowSeen(t *testing.T) {
 	var w windowSeen
 	ok := func(reset, used int64) observation {
@@ -424,13 +494,14 @@ func TestJudgeMode(t *testing.T) {
 	assert.True(t, strings.HasPrefix(v.Line, "mirror mode: PASS (3 phases, warm-up → 0% → 50%: "), v.Line)
 
 	bad := good(2, 50, 60)
-	bad.totals.sides[1] = sideCounts{resetChanges: 2, doubleGrants: 3, quotaClaims: 1, degraded: 1, moved: 4}
+	bad.totals.sides[1] = sideCounts{resetChanges: 2, doubleGrants: 3, contradictions: 2, quotaClaims: 1, degraded: 1, moved: 4}
 	bad.totals.errors = 4
 	v = judgeMode([]phaseResult{good(0, 0, 0), good(1, 0, 0), bad}, cfg, modeRun{mode: rollout.SplitMode, planned: 4})
 	assert.False(t, v.Pass)
 	assert.Equal(t, []string{
 		"no ResetAt change (phase 3: 2, with 5 moves)",
 		"no double grant (phase 3: 3)",
+		"no result contradicting the store (phase 3: 2)",
 		"no denial claiming quota (phase 3: 1)",
 		"share on new backend (phase 3: 60.0%, target 50% ± 5)",
 		"no degraded responses (phase 3: 1)",
@@ -496,10 +567,11 @@ func TestJudgeRun(t *testing.T) {
 	pass := func(m rollout.Mode) ModeVerdict {
 		return ModeVerdict{Mode: m, Pass: true, Line: m.String() + " mode: PASS (...)", requests: 100, moves: 10, checked: 4}
 	}
-	v := judgeRun([]ModeVerdict{pass(rollout.MirrorMode), pass(rollout.SplitMode)}, 2)
+	stall := ModeVerdict{Leg: stallLegName, Pass: true, requests: 50}
+	v := judgeRun([]ModeVerdict{pass(rollout.MirrorMode), pass(rollout.SplitMode), stall}, 3)
 	assert.True(t, v.Pass)
-	assert.Equal(t, "VERDICT: PASS (mirror and split modes, each from live windows on the old store: "+
-		"0 ResetAt changes and 0 double grants over 20 moves, 8 checked in an open window, in 200 responses)", v.Line)
+	assert.Equal(t, "VERDICT: PASS (mirror mode, split mode and stalled Redis group: 0 ResetAt changes, 0 double grants "+
+		"and 0 results contradicting the store, over 20 moves (8 checked in an open window) and 250 responses)", v.Line)
 
 	failed := ModeVerdict{Mode: rollout.SplitMode, Failures: []string{"no double grant (phase 3: 1)"}}
 	v = judgeRun([]ModeVerdict{pass(rollout.MirrorMode), failed}, 2)
@@ -508,7 +580,10 @@ func TestJudgeRun(t *testing.T) {
 
 	v = judgeRun([]ModeVerdict{pass(rollout.MirrorMode)}, 2)
 	assert.False(t, v.Pass, "a mode that did not run fails the run")
-	assert.Equal(t, []string{"complete run (1 of 2 modes)"}, v.Failures)
+	assert.Equal(t, []string{"complete run (1 of 2 legs)"}, v.Failures)
+
+	v = judgeRun([]ModeVerdict{pass(rollout.MirrorMode), {Leg: stallLegName, Failures: []string{"no result contradicting the store (3)"}}}, 2)
+	assert.Equal(t, "VERDICT: FAIL: stalled Redis group: no result contradicting the store (3)", v.Line)
 }
 
 // TestLegacyLimiter runs the hand-written limiter on a real memcached and
