@@ -48,14 +48,15 @@ func runDemo(t *testing.T, cfg Config) (Verdict, string) {
 
 // assertPassed checks a run's report: for each mode, one table per phase
 // (the warm-up and the ramp), the mode's summary and its passing verdict;
-// then a passing overall verdict.
-func assertPassed(t *testing.T, v Verdict, out string, modes []rollout.Mode, phases int) {
+// then a passing overall verdict, and the summary that ends the output.
+// legs counts the legs beyond the modes (the stalled group).
+func assertPassed(t *testing.T, v Verdict, out string, modes []rollout.Mode, phases, legs int) {
 	t.Helper()
 	if !v.Pass {
 		t.Errorf("verdict: %s\noutput:\n%s", v.Line, out)
 		return
 	}
-	require.Len(t, v.Modes, len(modes))
+	require.Len(t, v.Modes, len(modes)+legs)
 	for i, m := range modes {
 		mv := v.Modes[i]
 		assert.Equal(t, m, mv.Mode)
@@ -73,6 +74,10 @@ func assertPassed(t *testing.T, v Verdict, out string, modes []rollout.Mode, pha
 	assert.Contains(t, out, "  backend ")
 	assert.Contains(t, out, "\nVERDICT: PASS (")
 	assert.Empty(t, v.Failures)
+	sum := readSummary(t, out)
+	assert.Equal(t, v.Line, sum.verdict, "the summary begins with the verdict")
+	assert.Len(t, sum.rows, 1+len(modes)*phases+legs, "a row per phase")
+	assert.FileExists(t, sum.report)
 }
 
 // requireServers skips the test when a server binary is missing, or fails
@@ -98,12 +103,16 @@ func TestShortRunOnServers(t *testing.T) {
 	requireServers(t)
 	cfg := demoConfig(true)
 	v, out := runDemo(t, cfg)
-	assertPassed(t, v, out, cfg.Modes, 1+len(cfg.Ramp))
+	assertPassed(t, v, out, cfg.Modes, 1+len(cfg.Ramp), 1)
 	assert.Contains(t, out, "old memcached")
 	assert.Contains(t, out, "\n    legacy ", "the warm-up shows the hand-written limiter's clients")
 	assert.Contains(t, out, "redis/a")
 	assert.Contains(t, out, "redis/b")
 	assert.Regexp(t, `legacy windows carried over\)`, v.Modes[0].Line)
+	stall := v.Modes[2]
+	assert.Equal(t, stallLegName, stall.Leg)
+	assert.Regexp(t, `^stalled Redis group: PASS \(\d+ bursts of 250ms, .* [1-9][\d,]* degraded and marked; `+
+		`0 results contradicting the store`, stall.Line)
 }
 
 // TestShortRunEmbedded is `-short -embedded`: the same on a memory backend
@@ -113,7 +122,8 @@ func TestShortRunEmbedded(t *testing.T) {
 	cfg := demoConfig(true)
 	cfg.Embedded = true
 	v, out := runDemo(t, cfg)
-	assertPassed(t, v, out, cfg.Modes, 1+len(cfg.Ramp))
+	assertPassed(t, v, out, cfg.Modes, 1+len(cfg.Ramp), 0)
+	assert.Contains(t, out, "stalled Redis group: not run (-embedded: no server to stop)")
 	assert.Contains(t, out, "memory/a")
 	assert.Contains(t, out, "memory/b")
 	assert.NotContains(t, out, "\n    legacy ")
@@ -187,7 +197,7 @@ func TestUnleashSetsThePercentage(t *testing.T) {
 	cfg.Embedded, cfg.Ramp, cfg.Modes, cfg.Progress = true, []int{0}, []rollout.Mode{rollout.SplitMode}, 0
 	cfg.UnleashURL, cfg.UnleashToken = srv.URL+"/api", "secret-token"
 	v, out := runDemo(t, cfg)
-	assertPassed(t, v, out, cfg.Modes, 2)
+	assertPassed(t, v, out, cfg.Modes, 2, 0)
 	assert.Contains(t, out, "phase 2/2: Unleash says 50% on new")
 	assert.Positive(t, fetches.Load())
 }
