@@ -90,6 +90,8 @@ const (
 	colorP50       = "#1f77b4"
 	colorP99       = "#ff7f0e"
 	colorOtherSide = "#bdbdbd"
+	// colorContradicting marks results that contradict the store.
+	colorContradicting = "#e377c2"
 )
 
 func storeColor(store string) string {
@@ -335,7 +337,7 @@ func invariantsChart(leg legRecord) chart {
 		{name: "moves checked in an open window", color: colorChecked, value: func(p phaseResult) int64 { return p.totals.all().checked }},
 		{name: "ResetAt changes", color: colorBroken, bad: true, value: func(p phaseResult) int64 { return p.totals.all().resetChanges }},
 		{name: "double grants", color: "#8b0000", bad: true, value: func(p phaseResult) int64 { return p.totals.all().doubleGrants }},
-		{name: "contradicting results", color: "#e377c2", bad: true, value: func(p phaseResult) int64 { return p.totals.all().contradictions }},
+		{name: "contradicting results", color: colorContradicting, bad: true, value: func(p phaseResult) int64 { return p.totals.all().contradictions }},
 	})
 }
 
@@ -386,9 +388,9 @@ func timelineChart(leg legRecord) chart {
 		}
 		top = math.Max(top, float64(n+b.errors))
 	}
-	p := newPlot(leg.key+"-timeline", "Over time: responses per second by deciding store, degraded in red",
-		len(leg.timeline), top*1.1, "")
-	var degraded []string
+	p := newPlot(leg.key+"-timeline", "Over time: responses per second by deciding store; degraded in red, "+
+		"contradicting results in pink", len(leg.timeline), top*1.1, "")
+	var degraded, contradicting []string
 	for i, b := range leg.timeline {
 		x, w := p.slot(i)
 		bottom := 0.0
@@ -403,12 +405,14 @@ func timelineChart(leg legRecord) chart {
 			bottom += n
 		}
 		degraded = append(degraded, fmt.Sprintf("%.1f,%.1f", x+w/2, p.y(float64(b.degraded))))
+		contradicting = append(contradicting, fmt.Sprintf("%.1f,%.1f", x+w/2, p.y(float64(b.contradictions))))
 		if i%5 == 0 {
 			p.xLabel(i, fmt.Sprintf("%ds", i))
 		}
 	}
 	if len(degraded) > 0 {
-		p.c.Polylines = append(p.c.Polylines, svgPolyline{Points: strings.Join(degraded, " "), Stroke: colorDegraded})
+		p.c.Polylines = append(p.c.Polylines, svgPolyline{Points: strings.Join(degraded, " "), Stroke: colorDegraded},
+			svgPolyline{Points: strings.Join(contradicting, " "), Stroke: colorContradicting})
 	}
 	for _, ph := range leg.phases {
 		sec := ph.start.Seconds()
@@ -423,7 +427,8 @@ func timelineChart(leg legRecord) chart {
 	for _, s := range stores {
 		p.c.Legend = append(p.c.Legend, legendItem{Fill: storeColor(s), Label: s})
 	}
-	p.c.Legend = append(p.c.Legend, legendItem{Fill: colorDegraded, Label: "degraded"})
+	p.c.Legend = append(p.c.Legend, legendItem{Fill: colorDegraded, Label: "degraded"},
+		legendItem{Fill: colorContradicting, Label: "contradicting"})
 	return *p.c
 }
 

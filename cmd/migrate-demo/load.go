@@ -494,7 +494,7 @@ func (l *load) record(ctx context.Context, c *client, sent sending, obs observat
 		name string
 	}{{j.resetChange, "ResetAt change"}, {j.doubleGrant, "double grant"}, {j.quotaClaim, "denial claiming quota"}} {
 		if broken.yes {
-			l.evidence.addf("%s: %s %s", broken.name, c.token, describeChange(c.prev, win, obs))
+			l.evidence.addKindf(broken.name, "%s %s", c.token, describeChange(c.prev, win, obs))
 		}
 	}
 	if win == nil {
@@ -509,11 +509,17 @@ func (l *load) record(ctx context.Context, c *client, sent sending, obs observat
 		tr = &trail{}
 		c.trails[obs.member] = tr
 	}
-	for _, r := range tr.next(obs) {
+	bad := tr.next(obs)
+	l.timeline.contradicted(time.Now(), len(bad))
+	for _, r := range bad {
 		p.sides[r.side].contradictions++
-		l.evidence.addf("result contradicting the store: %s %s", c.token, describeTrail(*tr.anchor, r, obs))
+		l.evidence.addKindf(contradictingKind, "%s %s", c.token, describeTrail(*tr.anchor, r, obs))
 	}
 }
+
+// contradictingKind names the evidence of results contradicting the
+// store.
+const contradictingKind = "result contradicting the store"
 
 // maxSuspects bounds the responses a trail holds while it waits for the
 // window they interrupt to show again.
@@ -713,6 +719,9 @@ type timeBucket struct {
 	stores           map[string]int64
 	allowed, denied  int64
 	degraded, errors int64
+	// contradictions counts results that contradict the store, in the
+	// second the response that showed it arrived.
+	contradictions int64
 }
 
 // add counts, at now, obs or the failure err.
@@ -742,6 +751,20 @@ func (t *timeline) add(now time.Time, obs observation, err error) {
 	b.stores[obs.store]++
 }
 
+// contradicted counts n results contradicting the store, seen at now.
+func (t *timeline) contradicted(now time.Time, n int) {
+	i := int(now.Sub(t.start) / time.Second)
+	if i < 0 || n == 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for len(t.seconds) <= i {
+		t.seconds = append(t.seconds, timeBucket{stores: map[string]int64{}})
+	}
+	t.seconds[i].contradictions += int64(n)
+}
+
 // snapshot returns a copy of the seconds counted so far.
 func (t *timeline) snapshot() []timeBucket {
 	t.mu.Lock()
@@ -757,25 +780,37 @@ func (t *timeline) snapshot() []timeBucket {
 	return out
 }
 
-// errorSamples keeps the first few distinct failure messages, for the
-// report.
+// errorSamples keeps the first few distinct failure messages of each
+// kind, for the report.
 type errorSamples struct {
-	mu   sync.Mutex
-	msgs map[string]int
+	mu    sync.Mutex
+	msgs  map[string]int
+	kinds map[string]int // distinct messages kept per kind
 }
 
 const maxErrorSamples = 5
 
-func (e *errorSamples) add(err error) { e.addf("%v", err) }
+func (e *errorSamples) add(err error) { e.addKindf("", "%v", err) }
 
-func (e *errorSamples) addf(format string, args ...any) {
+func (e *errorSamples) addf(format string, args ...any) { e.addKindf("", format, args...) }
+
+// addKindf keeps "kind: message" unless maxErrorSamples others of the
+// kind are kept already, so that frequent kinds do not hide rare ones.
+func (e *errorSamples) addKindf(kind, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if kind != "" {
+		msg = kind + ": " + msg
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.msgs == nil {
-		e.msgs = map[string]int{}
+		e.msgs, e.kinds = map[string]int{}, map[string]int{}
 	}
-	if _, ok := e.msgs[fmt.Sprintf(format, args...)]; ok || len(e.msgs) < maxErrorSamples {
-		e.msgs[fmt.Sprintf(format, args...)]++
+	if _, ok := e.msgs[msg]; ok {
+		e.msgs[msg]++
+	} else if e.kinds[kind] < maxErrorSamples {
+		e.msgs[msg] = 1
+		e.kinds[kind]++
 	}
 }
 

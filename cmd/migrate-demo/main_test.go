@@ -669,3 +669,20 @@ func TestTable(t *testing.T) {
 	assert.Equal(t, "-1,000", fmtInt(-1000))
 	assert.Equal(t, "999", fmtInt(999))
 }
+
+// TestErrorSamplesKeepEveryKind: a frequent kind of evidence does not
+// hide a rarer one that comes later.
+func TestErrorSamplesKeepEveryKind(t *testing.T) {
+	var e errorSamples
+	for i := range 20 {
+		e.addKindf("ResetAt change", "client %d", i)
+	}
+	e.addKindf("ResetAt change", "client %d", 0)
+	e.addKindf(contradictingKind, "client %d", 7)
+	assert.Equal(t, []string{
+		"2× ResetAt change: client 0",
+		"1× ResetAt change: client 1", "1× ResetAt change: client 2", "1× ResetAt change: client 3",
+		"1× ResetAt change: client 4",
+		"1× result contradicting the store: client 7",
+	}, e.list())
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -140,17 +141,24 @@ func writeScreenSummary(w io.Writer, r *runRecord, saveErr error) {
 	for _, n := range r.notes {
 		fmt.Fprintln(w, "  "+n)
 	}
+	// One example of each broken invariant, the rarest kinds first.
 	shown := 0
-	for _, leg := range r.legs {
-		for _, e := range leg.evidence {
-			if shown == maxScreenEvidence {
-				break
+	for _, kind := range []string{contradictingKind, "ResetAt change", "double grant", "denial claiming quota"} {
+		if shown == maxScreenEvidence {
+			break
+		}
+	legs:
+		for _, leg := range r.legs {
+			for _, e := range leg.evidence {
+				if _, msg, ok := strings.Cut(e, "× "); ok && strings.HasPrefix(msg, kind+": ") {
+					if shown == 0 {
+						fmt.Fprintln(w, "  first evidence (more in the report):")
+					}
+					fmt.Fprintf(w, "    %s: %s\n", leg.key, e)
+					shown++
+					break legs
+				}
 			}
-			if shown == 0 {
-				fmt.Fprintln(w, "  first evidence (all of it in the report):")
-			}
-			fmt.Fprintf(w, "    %s: %s\n", leg.key, e)
-			shown++
 		}
 	}
 	fmt.Fprintln(w)
