@@ -64,7 +64,7 @@ func placeLegend(c *chart) {
 	x := float64(plotLeft)
 	for i := range c.Legend {
 		c.Legend[i].X = x
-		x += 24 + 6.5*float64(len([]rune(c.Legend[i].Label)))
+		x += 28 + 7.5*float64(len([]rune(c.Legend[i].Label)))
 	}
 }
 

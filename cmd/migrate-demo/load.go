@@ -792,8 +792,6 @@ const maxErrorSamples = 5
 
 func (e *errorSamples) add(err error) { e.addKindf("", "%v", err) }
 
-func (e *errorSamples) addf(format string, args ...any) { e.addKindf("", format, args...) }
-
 // addKindf keeps "kind: message" unless maxErrorSamples others of the
 // kind are kept already, so that frequent kinds do not hide rare ones.
 func (e *errorSamples) addKindf(kind, format string, args ...any) {

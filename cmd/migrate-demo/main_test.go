@@ -18,6 +18,7 @@ import (
 
 	legacybackend "github.com/throttlekit/throttlekit/backend/legacy"
 	memcachedbackend "github.com/throttlekit/throttlekit/backend/memcached"
+	"github.com/throttlekit/throttlekit/internal/headless"
 	"github.com/throttlekit/throttlekit/internal/localserver"
 	"github.com/throttlekit/throttlekit/rollout"
 	"github.com/throttlekit/throttlekit/throttler"
@@ -109,6 +110,11 @@ func TestShortRunOnServers(t *testing.T) {
 	assert.Contains(t, out, "redis/a")
 	assert.Contains(t, out, "redis/b")
 	assert.Regexp(t, `legacy windows carried over\)`, v.Modes[0].Line)
+	// The report shows what the summary says, in a real browser when
+	// there is one (the run is too long to repeat for the browser alone).
+	if _, err := headless.LookPath(); err == nil || localserver.RequireServers() {
+		assertReportShows(t, headless.RequireT(t), readSummary(t, out), "migrate-demo-report-servers.png")
+	}
 	stall := v.Modes[2]
 	assert.Equal(t, stallLegName, stall.Leg)
 	assert.Regexp(t, `^stalled Redis group: PASS \(\d+ bursts of 250ms, .* [1-9][\d,]* degraded and marked; `+
