@@ -509,11 +509,12 @@ func (l *load) record(ctx context.Context, c *client, sent sending, obs observat
 		tr = &trail{}
 		c.trails[obs.member] = tr
 	}
+	anchor := tr.anchor // next moves it on
 	bad := tr.next(obs)
 	l.timeline.contradicted(time.Now(), len(bad))
 	for _, r := range bad {
 		p.sides[r.side].contradictions++
-		l.evidence.addKindf(contradictingKind, "%s %s", c.token, describeTrail(*tr.anchor, r, obs))
+		l.evidence.addKindf(contradictingKind, "%s %s", c.token, describeTrail(*anchor, r, obs))
 	}
 }
 
