@@ -406,6 +406,12 @@ func timelineChart(leg legRecord) chart {
 		}
 		degraded = append(degraded, fmt.Sprintf("%.1f,%.1f", x+w/2, p.y(float64(b.degraded))))
 		contradicting = append(contradicting, fmt.Sprintf("%.1f,%.1f", x+w/2, p.y(float64(b.contradictions))))
+		if b.contradictions > 0 {
+			// Too few to read off the scale of responses: written out
+			// above the second's bar.
+			p.c.Texts = append(p.c.Texts, svgText{X: x + w/2, Y: p.y(bottom) - 4, Anchor: "middle", Class: "bad",
+				Text: "×" + strconv.FormatInt(b.contradictions, 10)})
+		}
 		if i%5 == 0 {
 			p.xLabel(i, fmt.Sprintf("%ds", i))
 		}
