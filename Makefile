@@ -51,7 +51,7 @@ fuzz:
 		done; \
 	done
 
-## demo: the migration demo end to end on real memcached and Redis servers
+## demo: the migration demo end to end on real memcached and Redis servers; ends with a summary and an HTML report
 demo: servers
 	$(GO) run ./cmd/migrate-demo
 

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -84,6 +86,27 @@ type Config struct {
 	Progress time.Duration
 	// ProgressInPlace rewrites one terminal line instead of printing lines.
 	ProgressInPlace bool
+	// Verbose prints the full log (every phase's table) as the run goes;
+	// without it the screen shows a line per leg and the summary, and the
+	// log goes to the report and to a file beside it.
+	Verbose bool
+	// ReportPath is where the HTML report goes; the full log goes beside
+	// it, with the extension .log. Empty: a file named after the run's
+	// start in the system's temporary directory.
+	ReportPath string
+	// Stall runs the stalled Redis group after the modes (see runStall);
+	// it needs Redis servers the demo started itself.
+	Stall bool
+}
+
+// reportPaths returns where the report and the log of a run started at
+// started go.
+func (c Config) reportPaths(started time.Time) (report, log string) {
+	report = c.ReportPath
+	if report == "" {
+		report = filepath.Join(os.TempDir(), "throttlekit-migrate-demo-"+started.Format("20060102-150405")+".html")
+	}
+	return report, strings.TrimSuffix(report, filepath.Ext(report)) + ".log"
 }
 
 // demoConfig returns the configuration of the full demo, or of the quick
@@ -93,7 +116,7 @@ type Config struct {
 // the middle of open windows and a whole run stays near a minute and a
 // half; the quick one keeps every proportion (limit per second, clients
 // over their limit) on 2 s windows and phases of 1.25 s, for about 20 s in
-// all.
+// all. The stalled Redis group adds three phases (15 s, or 3.75 s).
 func demoConfig(short bool) Config {
 	c := Config{
 		Short:          short,
@@ -111,6 +134,7 @@ func demoConfig(short bool) Config {
 		Tolerance:      5,
 		CallTimeout:    500 * time.Millisecond,
 		Progress:       time.Second,
+		Stall:          true,
 	}
 	if short {
 		c.PhaseDuration = 1250 * time.Millisecond
@@ -131,7 +155,7 @@ func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) 
 	c := demoConfig(false)
 	var ramp, modes string
 	fs.BoolVar(&c.Embedded, "embedded", false, "run on in-memory backends, without servers")
-	fs.BoolVar(&c.Short, "short", false, `quick run (about 20 s): -duration 1.25s -policy "6/2s, 600/h" -rate 1.5 -abusive-rate 8 -progress 500ms`)
+	fs.BoolVar(&c.Short, "short", false, `quick run (about 25 s): -duration 1.25s -policy "6/2s, 600/h" -rate 1.5 -abusive-rate 8 -progress 500ms`)
 	fs.DurationVar(&c.WarmUp, "warmup", 0, "time on the old store alone before the rollout is deployed (0: one window of the shortest limit)")
 	fs.DurationVar(&c.PhaseDuration, "duration", c.PhaseDuration, "length of each ramp phase")
 	fs.StringVar(&ramp, "ramp", joinRamp(c.Ramp), "percentages of identifiers on the new backend, one per phase")
@@ -157,6 +181,10 @@ func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) 
 	fs.Float64Var(&c.Tolerance, "tolerance", c.Tolerance, "allowed gap, in percentage points, between measured and target share")
 	fs.DurationVar(&c.CallTimeout, "call-timeout", c.CallTimeout, "bound of each backend call")
 	fs.DurationVar(&c.Progress, "progress", c.Progress, "interval between progress lines, 0 for none")
+	fs.BoolVar(&c.Verbose, "v", false, "print the full log (every phase's table) instead of the summary alone")
+	fs.StringVar(&c.ReportPath, "report", "", "path of the HTML report, the log beside it as .log (empty: in "+os.TempDir()+")")
+	fs.BoolVar(&c.Stall, "stall", c.Stall, "after the modes, stop one Redis group's primary in short bursts while clients call "+
+		"(only on servers the demo starts)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
