@@ -51,7 +51,7 @@ func TestPageInBrowser(t *testing.T) {
 	mem := memorybackend.New()
 	// Open for an hour once two calls failed: every ping meets it open, so
 	// that the JSON and the browser's load show the same health.
-	guarded, err := breaker.Wrap(down{}, "10.0.0.9:6379", breaker.WithFailures(2), breaker.WithFailingFor(0), breaker.WithOpenFor(time.Hour),
+	guarded, err := breaker.Wrap(down{}, "192.0.2.9:6379", breaker.WithFailures(2), breaker.WithFailingFor(0), breaker.WithOpenFor(time.Hour),
 		breaker.WithLogger(nil))
 	require.NoError(t, err)
 	src, err := rollout.NewStaticSource(30, rollout.WithStaticGroupID("sessions-2030"))
