@@ -18,6 +18,7 @@ import (
 
 	legacybackend "github.com/throttlekit/throttlekit/backend/legacy"
 	memcachedbackend "github.com/throttlekit/throttlekit/backend/memcached"
+	"github.com/throttlekit/throttlekit/internal/handwritten"
 	"github.com/throttlekit/throttlekit/internal/headless"
 	"github.com/throttlekit/throttlekit/internal/localserver"
 	"github.com/throttlekit/throttlekit/rollout"
@@ -622,9 +623,9 @@ func TestLegacyLimiter(t *testing.T) {
 	// expiry too.
 	t0 := time.Now().Truncate(time.Second).Add(300 * time.Millisecond)
 	reset := t0.Add(10*time.Second).Unix() + 1
-	for i, want := range []legacyDecision{
-		{allowed: true, count: 1, reset: reset}, {allowed: true, count: 2, reset: reset},
-		{allowed: true, count: 3, reset: reset}, {allowed: false, count: 4, reset: reset},
+	for i, want := range []handwritten.Decision{
+		{Allowed: true, Count: 1, Reset: reset}, {Allowed: true, Count: 2, Reset: reset},
+		{Allowed: true, Count: 3, Reset: reset}, {Allowed: false, Count: 4, Reset: reset},
 	} {
 		d, err := lim.allow(t0.Add(time.Duration(i)*time.Second), "alice")
 		require.NoError(t, err)
@@ -645,7 +646,7 @@ func TestLegacyLimiter(t *testing.T) {
 	// A window that has ended opens a new one at the next request.
 	d, err := lim.allow(time.Unix(reset, 0).Add(100*time.Millisecond), "alice")
 	require.NoError(t, err)
-	assert.Equal(t, legacyDecision{allowed: true, count: 1, reset: reset + 10 + 1}, d)
+	assert.Equal(t, handwritten.Decision{Allowed: true, Count: 1, Reset: reset + 10 + 1}, d)
 }
 
 func TestOnLegacy(t *testing.T) {

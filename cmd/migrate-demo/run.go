@@ -276,7 +276,7 @@ func runMode(ctx context.Context, cfg Config, mode rollout.Mode, srv *servers, s
 	if err != nil {
 		return legRecord{}, err
 	}
-	dep := newDeployment(warmUpAPI(plainAPI, legacy, cfg.LegacyShare))
+	dep := newDeployment(1, warmUpAPI(plainAPI, legacy, cfg.LegacyShare))
 	api, err := startAPI(dep)
 	if err != nil {
 		return legRecord{}, err
@@ -348,7 +348,7 @@ func runMode(ctx context.Context, cfg Config, mode rollout.Mode, srv *servers, s
 			}
 		}
 		if i == 1 {
-			if err := deployAtOnce(ctx, dep, rolloutAPI); err != nil {
+			if err := deployAtOnce(ctx, dep, func(int) http.Handler { return rolloutAPI }); err != nil {
 				return legRecord{}, err
 			}
 			lg.deployed.Store(true)
