@@ -97,6 +97,9 @@ type Config struct {
 	// Stall runs the stalled Redis group after the modes (see runStall);
 	// it needs Redis servers the demo started itself.
 	Stall bool
+	// RollingDeploy runs the rolling deploy from the hand-written limiter
+	// after the modes (see runRollingDeploy); it needs memcached.
+	RollingDeploy bool
 }
 
 // reportPaths returns where the report and the log of a run started at
@@ -135,6 +138,7 @@ func demoConfig(short bool) Config {
 		CallTimeout:    500 * time.Millisecond,
 		Progress:       time.Second,
 		Stall:          true,
+		RollingDeploy:  true,
 	}
 	if short {
 		c.PhaseDuration = 1250 * time.Millisecond
@@ -185,6 +189,8 @@ func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) 
 	fs.StringVar(&c.ReportPath, "report", "", "path of the HTML report, the log beside it as .log (empty: in "+os.TempDir()+")")
 	fs.BoolVar(&c.Stall, "stall", c.Stall, "after the modes, stop one Redis group's primary in short bursts while clients call "+
 		"(only on servers the demo starts)")
+	fs.BoolVar(&c.RollingDeploy, "rolling-deploy", c.RollingDeploy, "after the modes, a rolling deploy from the hand-written "+
+		"limiter: old and new processes together behind a round-robin (not with -embedded)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}

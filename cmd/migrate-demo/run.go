@@ -146,9 +146,15 @@ func runAll(ctx context.Context, cfg Config, out io.Writer) (*runRecord, error) 
 	}
 
 	stall := srv.stallPlan(cfg)
+	deploy, err := planRollingDeploy(cfg, policy)
+	if err != nil {
+		return nil, err
+	}
 	planned := len(cfg.Modes)
-	if stall.skipped == "" {
-		planned++
+	for _, skipped := range []string{deploy.skipped, stall.skipped} {
+		if skipped == "" {
+			planned++
+		}
 	}
 	var verdicts []ModeVerdict
 	for _, mode := range cfg.Modes {
@@ -165,6 +171,20 @@ func runAll(ctx context.Context, cfg Config, out io.Writer) (*runRecord, error) 
 			break
 		}
 	}
+	if deploy.skipped == "" && ctx.Err() == nil {
+		if !cfg.Verbose {
+			fmt.Fprintf(out, "  %s: %s...\n", deployLegName, deploy.describe())
+		}
+		leg, err := runRollingDeploy(ctx, cfg, srv, deploy, w)
+		if err != nil {
+			return nil, err
+		}
+		rec.legs = append(rec.legs, leg)
+		verdicts = append(verdicts, leg.verdict)
+	} else if deploy.skipped != "" {
+		rec.notes = append(rec.notes, deployLegName+": not run ("+deploy.skipped+")")
+		fmt.Fprintf(w.detail, "\n%s: not run (%s)\n", deployLegName, deploy.skipped)
+	}
 	if stall.skipped == "" && ctx.Err() == nil {
 		if !cfg.Verbose {
 			fmt.Fprintf(out, "  %s: %s...\n", stallLegName, stall.describe())
@@ -179,8 +199,6 @@ func runAll(ctx context.Context, cfg Config, out io.Writer) (*runRecord, error) 
 		rec.notes = append(rec.notes, stallLegName+": not run ("+stall.skipped+")")
 		fmt.Fprintf(w.detail, "\n%s: not run (%s)\n", stallLegName, stall.skipped)
 	}
-	// The legacy leg's rolling deploy, old and new processes serving
-	// together, is not part of the run yet: see rollingDeploy.
 	rec.verdict = judgeRun(verdicts, planned)
 	rec.took = time.Since(rec.started)
 	fmt.Fprintf(w.detail, "\nrun time %.1f s\n", rec.took.Seconds())
