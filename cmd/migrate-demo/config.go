@@ -116,10 +116,12 @@ func (c Config) reportPaths(started time.Time) (report, log string) {
 // one when short is set. The full one runs, in mirror and then in split
 // mode, a warm-up of one 10 s window on the old store and six ramp phases
 // of 5 s under a 30/10s limit, so that the deploy and every step fall in
-// the middle of open windows and a whole run stays near a minute and a
-// half; the quick one keeps every proportion (limit per second, clients
-// over their limit) on 2 s windows and phases of 1.25 s, for about 20 s in
-// all. The stalled Redis group adds three phases (15 s, or 3.75 s).
+// the middle of open windows (about 80 s for both); the quick one keeps
+// every proportion (limit per second, clients over their limit) on 2 s
+// windows and phases of 1.25 s, for about 20 s in all. The rolling deploy
+// adds six windows of its policy and a little more (about 32 s at 5 s, 13 s
+// at 2 s), the stalled Redis group three phases (15 s, or 3.75 s): about
+// two minutes in all, or 40 s.
 func demoConfig(short bool) Config {
 	c := Config{
 		Short:          short,

@@ -239,10 +239,10 @@ type Verdict struct {
 	Modes []ModeVerdict
 }
 
-// ModeVerdict is the outcome of one leg of the run: a mode, or the
-// stalled Redis group.
+// ModeVerdict is the outcome of one leg of the run: a mode, the rolling
+// deploy or the stalled Redis group.
 type ModeVerdict struct {
-	// Mode is the rollout mode run; zero for the stalled group.
+	// Mode is the rollout mode run; zero for the other legs.
 	Mode rollout.Mode
 	// Leg names the leg, as "mirror mode" or "stalled Redis group".
 	Leg string

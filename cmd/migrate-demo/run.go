@@ -71,7 +71,8 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 // run is the whole demo: it starts the servers (or checks those named),
 // runs every mode of cfg.Modes one after another on fresh keys (see
-// runMode), then the stalled Redis group (see runStall), writes the HTML
+// runMode), then the rolling deploy (see runRollingDeploy) and the stalled
+// Redis group (see runStall), writes the HTML
 // report and the full log, and ends with the summary on out, the verdict
 // first. It stops everything it started. The full log goes to out as well
 // with cfg.Verbose; without it out shows a line per leg, a progress line

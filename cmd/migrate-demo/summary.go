@@ -31,9 +31,10 @@ type runRecord struct {
 	reportPath, logPath string
 }
 
-// legRecord is one leg of a run: a mode, or the stalled Redis group.
+// legRecord is one leg of a run: a mode, the rolling deploy, or the
+// stalled Redis group.
 type legRecord struct {
-	// key is a short name ("mirror", "split", "stall"), name the leg's
+	// key is a short name ("mirror", "split", "deploy", "stall"), name the leg's
 	// name in the verdict.
 	key, name string
 	verdict   ModeVerdict
