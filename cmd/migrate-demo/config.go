@@ -161,7 +161,7 @@ func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) 
 	c := demoConfig(false)
 	var ramp, modes string
 	fs.BoolVar(&c.Embedded, "embedded", false, "run on in-memory backends, without servers")
-	fs.BoolVar(&c.Short, "short", false, `quick run (about 25 s): -duration 1.25s -policy "6/2s, 600/h" -rate 1.5 -abusive-rate 8 -progress 500ms`)
+	fs.BoolVar(&c.Short, "short", false, `quick run (about 40 s): -duration 1.25s -policy "6/2s, 600/h" -rate 1.5 -abusive-rate 8 -progress 500ms`)
 	fs.DurationVar(&c.WarmUp, "warmup", 0, "time on the old store alone before the rollout is deployed (0: one window of the shortest limit)")
 	fs.DurationVar(&c.PhaseDuration, "duration", c.PhaseDuration, "length of each ramp phase")
 	fs.StringVar(&ramp, "ramp", joinRamp(c.Ramp), "percentages of identifiers on the new backend, one per phase")
