@@ -84,7 +84,7 @@ var examples = []example{
 		"user:4 now on the new store: allowed=true remaining=1",
 	}},
 	{dir: "legacy-migration", env: legacyEnv, want: []string{
-		"clients: 44, carried over from the legacy counters: 44",
+		"clients: 44, windows mirrored into Redis at 0 %: 44",
 		"requests granted after the deploy: 210",
 		"window restarts: 0, double grants: 0",
 	}},

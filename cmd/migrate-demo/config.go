@@ -97,6 +97,9 @@ type Config struct {
 	// Stall runs the stalled Redis group after the modes (see runStall);
 	// it needs Redis servers the demo started itself.
 	Stall bool
+	// RollingDeploy runs the rolling deploy from the hand-written limiter
+	// after the modes (see runRollingDeploy); it needs memcached.
+	RollingDeploy bool
 }
 
 // reportPaths returns where the report and the log of a run started at
@@ -113,10 +116,12 @@ func (c Config) reportPaths(started time.Time) (report, log string) {
 // one when short is set. The full one runs, in mirror and then in split
 // mode, a warm-up of one 10 s window on the old store and six ramp phases
 // of 5 s under a 30/10s limit, so that the deploy and every step fall in
-// the middle of open windows and a whole run stays near a minute and a
-// half; the quick one keeps every proportion (limit per second, clients
-// over their limit) on 2 s windows and phases of 1.25 s, for about 20 s in
-// all. The stalled Redis group adds three phases (15 s, or 3.75 s).
+// the middle of open windows (about 80 s for both); the quick one keeps
+// every proportion (limit per second, clients over their limit) on 2 s
+// windows and phases of 1.25 s, for about 20 s in all. The rolling deploy
+// adds six windows of its policy and a little more (about 32 s at 5 s, 13 s
+// at 2 s), the stalled Redis group three phases (15 s, or 3.75 s): about
+// two minutes in all, or 40 s.
 func demoConfig(short bool) Config {
 	c := Config{
 		Short:          short,
@@ -135,6 +140,7 @@ func demoConfig(short bool) Config {
 		CallTimeout:    500 * time.Millisecond,
 		Progress:       time.Second,
 		Stall:          true,
+		RollingDeploy:  true,
 	}
 	if short {
 		c.PhaseDuration = 1250 * time.Millisecond
@@ -155,7 +161,7 @@ func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) 
 	c := demoConfig(false)
 	var ramp, modes string
 	fs.BoolVar(&c.Embedded, "embedded", false, "run on in-memory backends, without servers")
-	fs.BoolVar(&c.Short, "short", false, `quick run (about 25 s): -duration 1.25s -policy "6/2s, 600/h" -rate 1.5 -abusive-rate 8 -progress 500ms`)
+	fs.BoolVar(&c.Short, "short", false, `quick run (about 40 s): -duration 1.25s -policy "6/2s, 600/h" -rate 1.5 -abusive-rate 8 -progress 500ms`)
 	fs.DurationVar(&c.WarmUp, "warmup", 0, "time on the old store alone before the rollout is deployed (0: one window of the shortest limit)")
 	fs.DurationVar(&c.PhaseDuration, "duration", c.PhaseDuration, "length of each ramp phase")
 	fs.StringVar(&ramp, "ramp", joinRamp(c.Ramp), "percentages of identifiers on the new backend, one per phase")
@@ -185,6 +191,8 @@ func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) 
 	fs.StringVar(&c.ReportPath, "report", "", "path of the HTML report, the log beside it as .log (empty: in "+os.TempDir()+")")
 	fs.BoolVar(&c.Stall, "stall", c.Stall, "after the modes, stop one Redis group's primary in short bursts while clients call "+
 		"(only on servers the demo starts)")
+	fs.BoolVar(&c.RollingDeploy, "rolling-deploy", c.RollingDeploy, "after the modes, a rolling deploy from the hand-written "+
+		"limiter: old and new processes together behind a round-robin (not with -embedded)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}

@@ -6,7 +6,7 @@
 //
 //	make demo            # go run ./cmd/migrate-demo, on real servers (installs them when missing)
 //	make demo-embedded   # the same on in-memory backends
-//	go run ./cmd/migrate-demo -short   # about 25 s
+//	go run ./cmd/migrate-demo -short   # about 40 s
 //
 // # What runs
 //
@@ -50,7 +50,35 @@
 // over most of the warm-up, and a window (10 s) is longer than a phase, so
 // that windows open and close out of step.
 //
-// After the modes, on the servers the demo started (not with -embedded,
+// After the modes, on the servers (not with -embedded or
+// -rolling-deploy=false), the rolling deploy from the hand-written limiter
+// (issue 27, items 3 and 7; docs/MIGRATION.md, Step 0), on keys of its
+// own. The API runs as three processes behind a round-robin, each request
+// going to the next, and every client starts on the hand-written limiter.
+// Its policy is the one limit the hand-written limiter counts (the
+// policy's shortest fixed window) and nothing else, as Step 0 says, at a
+// window of at most 5 s with the same rate ("15/5s" for "30/10s"), so that
+// windows roll over while old and new code serve together; the summary
+// names it. Four phases:
+//
+//	old only     one window: the three processes run the hand-written limiter
+//	overlap      three windows: a rolling deploy replaces one process at the
+//	             start, one halfway and the last at the end by new code, a
+//	             throttler over a mirror rollout at 0 % from backend/legacy
+//	             with Deciding (counting in the hand-written limiter's keys, as
+//	             the old code does) to the Redis groups, written alongside
+//	100% mirror  no old process left: each new process goes to 100 %, a tenth
+//	             of a window apart (the Redis groups decide, the legacy keys
+//	             are still written), for a window and more
+//	Redis alone  one window: a second rolling deploy puts a throttler over the
+//	             Redis groups alone in their place
+//
+// Responses the new processes decided in the legacy keys name the store
+// "legacy/deciding": the same store as the hand-written limiter's
+// ("legacy"), so that a client served by old and new processes in turn
+// makes no move; its move to Redis comes at 100 %.
+//
+// Then, on the servers the demo started (not with -embedded,
 // -redis-shards or -stall=false), the stalled Redis group: the API decides
 // on the two Redis groups alone through a throttler and backends with
 // their default options (call timeout 100 ms, batching on), twice as many
@@ -60,9 +88,8 @@
 // middleware marks their responses degraded, which is allowed; every other
 // response must be the store's own verdict.
 //
-// The deploy replaces the API's handler in one step (deployAtOnce). A
-// rolling deploy of the legacy leg, old and new processes serving
-// together, is not part of the run yet; rollingDeploy is where it goes.
+// The modes replace the API's one process in one step (deployAtOnce); the
+// rolling deploy replaces its three one at a time (rollingDeploy).
 //
 // Mirror mode decides on the store that serves an identifier and writes
 // the states it decided to the other store (driver.Seeder), so both hold
@@ -122,7 +149,9 @@
 //	-v                   print the full log (every phase's table) as the run goes
 //	-report path         the HTML report; the full log goes beside it as .log (a file named
 //	                     after the run's start in the system's temporary directory)
-//	-stall b             run the stalled Redis group after the modes (true)
+//	-rolling-deploy b    run the rolling deploy from the hand-written limiter after the
+//	                     modes (true; not with -embedded)
+//	-stall b             run the stalled Redis group at the end (true)
 //
 // When a server binary the run needs is missing and -embedded is not given,
 // the demo says which one and how to get it, and exits with status 2.
@@ -238,7 +267,14 @@
 // read of the other store; no failed or refused read of the legacy
 // counters, and, when clients started on the hand-written limiter, at
 // least one legacy window carried over; when moves happened, at least one
-// checked; and every phase ran. The stalled group passes with no ResetAt
+// checked; and every phase ran. The rolling deploy passes with, in every
+// phase, no ResetAt change, no double grant, no result contradicting the
+// store, no denial claiming quota, no degraded response and no failed
+// request; some allowed and some denied; during the overlap, responses
+// from both old and new processes and windows rolling over; at 100 %,
+// moves to Redis, some checked in an open window; in the last phase Redis
+// alone; no mirror write lost and no call the legacy backend could not
+// match to its window. The stalled group passes with no ResetAt
 // change, no double grant, no result contradicting the store, no denial
 // claiming quota and no failed request, some allowed and some denied, and
 // the stall seen by the clients (at least one burst, some degraded

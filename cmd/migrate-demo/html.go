@@ -71,13 +71,14 @@ func placeLegend(c *chart) {
 // storeColors gives each store a colour the charts share: the old side in
 // warm colours, the new side's groups in blues.
 var storeColors = map[string]string{
-	legacyStore: "#8c564b",
-	"memcached": "#ff7f0e",
-	"memory":    "#ff7f0e",
-	"redis/a":   "#1f77b4",
-	"redis/b":   "#6baed6",
-	"memory/a":  "#1f77b4",
-	"memory/b":  "#6baed6",
+	legacyStore:    "#8c564b",
+	deployingStore: "#c49c94",
+	"memcached":    "#ff7f0e",
+	"memory":       "#ff7f0e",
+	"redis/a":      "#1f77b4",
+	"redis/b":      "#6baed6",
+	"memory/a":     "#1f77b4",
+	"memory/b":     "#6baed6",
 }
 
 const (
@@ -185,6 +186,8 @@ func axisLabel(v float64, unit string) string {
 // "stalls".
 func phaseName(leg legRecord, p phaseResult) string {
 	switch {
+	case p.name != "":
+		return p.name
 	case p.warmUp:
 		return "warm-up"
 	case leg.key == "stall":
@@ -209,7 +212,7 @@ func legStores(leg legRecord) []string {
 	}
 	rank := func(s string) int {
 		switch {
-		case s == legacyStore:
+		case storeKind(s) == legacyStore:
 			return 0
 		case !strings.Contains(s, "/"):
 			return 1

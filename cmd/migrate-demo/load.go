@@ -237,6 +237,9 @@ type sideCounts struct {
 	// contradictions counts results that contradict the store (see
 	// contradicts), on the side of the contradicting result.
 	contradictions int64
+	// rolled counts windows that rolled over: responses that showed the
+	// next window of their limit, not a ResetAt change.
+	rolled int64
 }
 
 func (a *sideCounts) add(b sideCounts) {
@@ -250,6 +253,7 @@ func (a *sideCounts) add(b sideCounts) {
 	a.moved += b.moved
 	a.checked += b.checked
 	a.contradictions += b.contradictions
+	a.rolled += b.rolled
 }
 
 // clientPhase is one client's record of one phase.
@@ -489,6 +493,7 @@ func (l *load) record(ctx context.Context, c *client, sent sending, obs observat
 	s.quotaClaims += b2i(j.quotaClaim)
 	s.moved += b2i(j.moved)
 	s.checked += b2i(j.checked)
+	s.rolled += b2i(win != nil && obs.reset != win.reset && !j.resetChange)
 	for _, broken := range []struct {
 		yes  bool
 		name string

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 	legacybackend "github.com/throttlekit/throttlekit/backend/legacy"
 	memcachedbackend "github.com/throttlekit/throttlekit/backend/memcached"
+	"github.com/throttlekit/throttlekit/internal/handwritten"
 	"github.com/throttlekit/throttlekit/internal/headless"
 	"github.com/throttlekit/throttlekit/internal/localserver"
 	"github.com/throttlekit/throttlekit/rollout"
@@ -51,8 +53,9 @@ func runDemo(t *testing.T, cfg Config) (Verdict, string) {
 // assertPassed checks a run's report: for each mode, one table per phase
 // (the warm-up and the ramp), the mode's summary and its passing verdict;
 // then a passing overall verdict, and the summary that ends the output.
-// legs counts the legs beyond the modes (the stalled group).
-func assertPassed(t *testing.T, v Verdict, out string, modes []rollout.Mode, phases, legs int) {
+// legs counts the legs beyond the modes (the rolling deploy, the stalled
+// group), legRows their rows in the summary's table.
+func assertPassed(t *testing.T, v Verdict, out string, modes []rollout.Mode, phases, legs, legRows int) {
 	t.Helper()
 	if !v.Pass {
 		t.Errorf("verdict: %s\noutput:\n%s", v.Line, out)
@@ -78,7 +81,7 @@ func assertPassed(t *testing.T, v Verdict, out string, modes []rollout.Mode, pha
 	assert.Empty(t, v.Failures)
 	sum := readSummary(t, out)
 	assert.Equal(t, v.Line, sum.verdict, "the summary begins with the verdict")
-	assert.Len(t, sum.rows, 1+len(modes)*phases+legs, "a row per phase")
+	assert.Len(t, sum.rows, 1+len(modes)*phases+legRows, "a row per phase")
 	assert.FileExists(t, sum.report)
 }
 
@@ -99,13 +102,14 @@ func requireServers(t *testing.T) {
 // TestShortRunOnServers is `-short` on real servers: one memcached, two
 // Redis primaries with a replica each, half the clients first on the
 // hand-written limiter, the warm-up and the ramp up and back down in mirror
-// and then split mode. Every invariant must hold in both.
+// and then split mode; then the rolling deploy from the hand-written
+// limiter, and the stalled group. Every invariant must hold in each.
 func TestShortRunOnServers(t *testing.T) {
 	localserver.SkipIfShort(t)
 	requireServers(t)
 	cfg := demoConfig(true)
 	v, out := runDemo(t, cfg)
-	assertPassed(t, v, out, cfg.Modes, 1+len(cfg.Ramp), 1)
+	assertPassed(t, v, out, cfg.Modes, 1+len(cfg.Ramp), 2, deployPhases+1)
 	assert.Contains(t, out, "old memcached")
 	assert.Contains(t, out, "\n    legacy ", "the warm-up shows the hand-written limiter's clients")
 	assert.Contains(t, out, "redis/a")
@@ -116,7 +120,16 @@ func TestShortRunOnServers(t *testing.T) {
 	if _, err := headless.LookPath(); err == nil || localserver.RequireServers() {
 		assertReportShows(t, headless.RequireT(t), readSummary(t, out), "migrate-demo-report-servers.png")
 	}
-	stall := v.Modes[2]
+	deploy := v.Modes[2]
+	assert.Equal(t, deployLegName, deploy.Leg)
+	assert.Regexp(t, `^rolling deploy: PASS · policy 6/2s, the hand-written limiter's own limit · 3 processes, `+
+		`old and new together for 6\.\d s, [1-9][\d,]* windows rolled over meanwhile · [\d,]+ responses from 200 clients, `+
+		`[1-9][\d,]* moves \([1-9][\d,]* checked in an open window\), 0 ResetAt changes, 0 double grants, 0 contradicting$`, deploy.Line)
+	for _, phase := range []string{"1 old only", "2 overlap", "3 100% mirror", "4 Redis alone"} {
+		assert.Regexp(t, `\n  deploy +`+regexp.QuoteMeta(phase)+`  `, out, "the summary's row of the rolling deploy's phase")
+	}
+	assert.Contains(t, out, "\n    legacy/deciding ", "new processes decided in the legacy keys during the overlap")
+	stall := v.Modes[3]
 	assert.Equal(t, stallLegName, stall.Leg)
 	assert.Regexp(t, `^stalled Redis group: PASS \(\d+ bursts of 250ms, .* [1-9][\d,]* degraded and marked; `+
 		`0 results contradicting the store`, stall.Line)
@@ -129,7 +142,8 @@ func TestShortRunEmbedded(t *testing.T) {
 	cfg := demoConfig(true)
 	cfg.Embedded = true
 	v, out := runDemo(t, cfg)
-	assertPassed(t, v, out, cfg.Modes, 1+len(cfg.Ramp), 0)
+	assertPassed(t, v, out, cfg.Modes, 1+len(cfg.Ramp), 0, 0)
+	assert.Contains(t, out, "rolling deploy: not run (-embedded: the hand-written limiter needs memcached)")
 	assert.Contains(t, out, "stalled Redis group: not run (-embedded: no server to stop)")
 	assert.Contains(t, out, "memory/a")
 	assert.Contains(t, out, "memory/b")
@@ -204,7 +218,7 @@ func TestUnleashSetsThePercentage(t *testing.T) {
 	cfg.Embedded, cfg.Ramp, cfg.Modes, cfg.Progress = true, []int{0}, []rollout.Mode{rollout.SplitMode}, 0
 	cfg.UnleashURL, cfg.UnleashToken = srv.URL+"/api", "secret-token"
 	v, out := runDemo(t, cfg)
-	assertPassed(t, v, out, cfg.Modes, 2, 0)
+	assertPassed(t, v, out, cfg.Modes, 2, 0, 0)
 	assert.Contains(t, out, "phase 2/2: Unleash says 50% on new")
 	assert.Positive(t, fetches.Load())
 }
@@ -622,9 +636,9 @@ func TestLegacyLimiter(t *testing.T) {
 	// expiry too.
 	t0 := time.Now().Truncate(time.Second).Add(300 * time.Millisecond)
 	reset := t0.Add(10*time.Second).Unix() + 1
-	for i, want := range []legacyDecision{
-		{allowed: true, count: 1, reset: reset}, {allowed: true, count: 2, reset: reset},
-		{allowed: true, count: 3, reset: reset}, {allowed: false, count: 4, reset: reset},
+	for i, want := range []handwritten.Decision{
+		{Allowed: true, Count: 1, Reset: reset}, {Allowed: true, Count: 2, Reset: reset},
+		{Allowed: true, Count: 3, Reset: reset}, {Allowed: false, Count: 4, Reset: reset},
 	} {
 		d, err := lim.allow(t0.Add(time.Duration(i)*time.Second), "alice")
 		require.NoError(t, err)
@@ -645,7 +659,7 @@ func TestLegacyLimiter(t *testing.T) {
 	// A window that has ended opens a new one at the next request.
 	d, err := lim.allow(time.Unix(reset, 0).Add(100*time.Millisecond), "alice")
 	require.NoError(t, err)
-	assert.Equal(t, legacyDecision{allowed: true, count: 1, reset: reset + 10 + 1}, d)
+	assert.Equal(t, handwritten.Decision{Allowed: true, Count: 1, Reset: reset + 10 + 1}, d)
 }
 
 func TestOnLegacy(t *testing.T) {

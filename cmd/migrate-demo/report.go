@@ -15,6 +15,9 @@ import (
 // phaseResult is one finished phase: the warm-up or a step of the ramp.
 type phaseResult struct {
 	index, count int
+	// name names a phase of the rolling deploy ("overlap"), about says
+	// what it does; both empty in the other legs.
+	name, about string
 	// warmUp marks the phase before the deploy: the old store alone,
 	// through a plain throttler and the hand-written limiter.
 	warmUp bool
@@ -157,6 +160,9 @@ func writePhase(w io.Writer, p phaseResult, names reportNames) {
 
 // describeTarget says what the flag source asked for during the phase.
 func describeTarget(p phaseResult) string {
+	if p.about != "" {
+		return p.about
+	}
 	if p.warmUp {
 		return "warm-up on the old store alone, before the deploy"
 	}
@@ -233,10 +239,10 @@ type Verdict struct {
 	Modes []ModeVerdict
 }
 
-// ModeVerdict is the outcome of one leg of the run: a mode, or the
-// stalled Redis group.
+// ModeVerdict is the outcome of one leg of the run: a mode, the rolling
+// deploy or the stalled Redis group.
 type ModeVerdict struct {
-	// Mode is the rollout mode run; zero for the stalled group.
+	// Mode is the rollout mode run; zero for the other legs.
 	Mode rollout.Mode
 	// Leg names the leg, as "mirror mode" or "stalled Redis group".
 	Leg string

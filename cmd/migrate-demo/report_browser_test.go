@@ -106,7 +106,7 @@ func TestReportInBrowser(t *testing.T) {
 	assert.NotContains(t, screen, "\n== mirror mode", "the full log stays off the screen without -v")
 	sum := readSummary(t, screen)
 	require.Equal(t, cfg.ReportPath, sum.report, screen)
-	require.Len(t, sum.legs, 3, "mirror, split, and the stalled group's note: %q", sum.legs)
+	require.Len(t, sum.legs, 4, "mirror, split, and the notes of the rolling deploy and the stalled group: %q", sum.legs)
 	require.Len(t, sum.rows, 1+2*(1+len(cfg.Ramp)), "header and one row per phase:\n%s", screen)
 	assert.Equal(t, summaryHeader, sum.rows[0])
 

@@ -71,7 +71,8 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 // run is the whole demo: it starts the servers (or checks those named),
 // runs every mode of cfg.Modes one after another on fresh keys (see
-// runMode), then the stalled Redis group (see runStall), writes the HTML
+// runMode), then the rolling deploy (see runRollingDeploy) and the stalled
+// Redis group (see runStall), writes the HTML
 // report and the full log, and ends with the summary on out, the verdict
 // first. It stops everything it started. The full log goes to out as well
 // with cfg.Verbose; without it out shows a line per leg, a progress line
@@ -146,9 +147,15 @@ func runAll(ctx context.Context, cfg Config, out io.Writer) (*runRecord, error) 
 	}
 
 	stall := srv.stallPlan(cfg)
+	deploy, err := planRollingDeploy(cfg, policy)
+	if err != nil {
+		return nil, err
+	}
 	planned := len(cfg.Modes)
-	if stall.skipped == "" {
-		planned++
+	for _, skipped := range []string{deploy.skipped, stall.skipped} {
+		if skipped == "" {
+			planned++
+		}
 	}
 	var verdicts []ModeVerdict
 	for _, mode := range cfg.Modes {
@@ -165,6 +172,20 @@ func runAll(ctx context.Context, cfg Config, out io.Writer) (*runRecord, error) 
 			break
 		}
 	}
+	if deploy.skipped == "" && ctx.Err() == nil {
+		if !cfg.Verbose {
+			fmt.Fprintf(out, "  %s: %s...\n", deployLegName, deploy.describe())
+		}
+		leg, err := runRollingDeploy(ctx, cfg, srv, deploy, w)
+		if err != nil {
+			return nil, err
+		}
+		rec.legs = append(rec.legs, leg)
+		verdicts = append(verdicts, leg.verdict)
+	} else if deploy.skipped != "" {
+		rec.notes = append(rec.notes, deployLegName+": not run ("+deploy.skipped+")")
+		fmt.Fprintf(w.detail, "\n%s: not run (%s)\n", deployLegName, deploy.skipped)
+	}
 	if stall.skipped == "" && ctx.Err() == nil {
 		if !cfg.Verbose {
 			fmt.Fprintf(out, "  %s: %s...\n", stallLegName, stall.describe())
@@ -179,8 +200,6 @@ func runAll(ctx context.Context, cfg Config, out io.Writer) (*runRecord, error) 
 		rec.notes = append(rec.notes, stallLegName+": not run ("+stall.skipped+")")
 		fmt.Fprintf(w.detail, "\n%s: not run (%s)\n", stallLegName, stall.skipped)
 	}
-	// The legacy leg's rolling deploy, old and new processes serving
-	// together, is not part of the run yet: see rollingDeploy.
 	rec.verdict = judgeRun(verdicts, planned)
 	rec.took = time.Since(rec.started)
 	fmt.Fprintf(w.detail, "\nrun time %.1f s\n", rec.took.Seconds())
@@ -276,7 +295,7 @@ func runMode(ctx context.Context, cfg Config, mode rollout.Mode, srv *servers, s
 	if err != nil {
 		return legRecord{}, err
 	}
-	dep := newDeployment(warmUpAPI(plainAPI, legacy, cfg.LegacyShare))
+	dep := newDeployment(1, warmUpAPI(plainAPI, legacy, cfg.LegacyShare))
 	api, err := startAPI(dep)
 	if err != nil {
 		return legRecord{}, err
@@ -348,7 +367,7 @@ func runMode(ctx context.Context, cfg Config, mode rollout.Mode, srv *servers, s
 			}
 		}
 		if i == 1 {
-			if err := deployAtOnce(ctx, dep, rolloutAPI); err != nil {
+			if err := deployAtOnce(ctx, dep, func(int) http.Handler { return rolloutAPI }); err != nil {
 				return legRecord{}, err
 			}
 			lg.deployed.Store(true)

@@ -31,9 +31,10 @@ type runRecord struct {
 	reportPath, logPath string
 }
 
-// legRecord is one leg of a run: a mode, or the stalled Redis group.
+// legRecord is one leg of a run: a mode, the rolling deploy, or the
+// stalled Redis group.
 type legRecord struct {
-	// key is a short name ("mirror", "split", "stall"), name the leg's
+	// key is a short name ("mirror", "split", "deploy", "stall"), name the leg's
 	// name in the verdict.
 	key, name string
 	verdict   ModeVerdict
@@ -85,6 +86,8 @@ func summaryRows(r *runRecord) [][]string {
 func phaseLabel(leg legRecord, p phaseResult) string {
 	n := strconv.Itoa(p.index + 1)
 	switch {
+	case p.name != "":
+		return n + " " + p.name
 	case p.warmUp:
 		return n + " warm-up"
 	case leg.key == "stall":
@@ -116,6 +119,9 @@ func legLine(leg legRecord) string {
 	}
 	s := fmt.Sprintf("%s: PASS · %s responses, %s moves (%s checked in an open window), 0 ResetAt changes, "+
 		"0 double grants, 0 contradicting", leg.name, fmtInt(total.requests), fmtInt(total.moved), fmtInt(total.checked))
+	if leg.key == deployLegKey {
+		return v.Line // the policy and the overlap, beside the figures
+	}
 	if leg.key == "stall" && len(leg.phases) == 1 {
 		p := leg.phases[0]
 		s = fmt.Sprintf("%s: PASS · %d stalls of %s, %s responses, %s degraded (marked), 0 contradicting, "+
