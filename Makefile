@@ -6,22 +6,31 @@ FUZZTIME ?= 10s
 
 .PHONY: test test-short test-unleash lint vet fuzz demo demo-embedded servers unleash bench bench-peers
 
+# Integration modules: each has its own go.mod (so that a program importing only the core never
+# inherits gRPC, OpenTelemetry or Prometheus in its module graph) and replaces the core with the
+# checkout it sits in, so each is built, vetted and tested with the core at the same commit.
+# `go test ./...` at the root does not descend into them; every target below runs them too.
+MODULES := middleware/grpc observe/otel observe/prometheus examples/observability
+
 ## test: lint, then every test under the race detector, with real Redis, memcached and Unleash servers (what CI runs)
 test: servers unleash lint
 	$(GO) test -race -count=1 -timeout 30m ./...
+	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test -race -count=1 -timeout 30m ./...); done
 
 ## test-short: unit tests only, no servers (under two minutes)
 test-short:
 	$(GO) test -short -race -count=1 ./...
+	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test -short -race -count=1 ./...); done
 
 ## test-unleash: the rollout tests alone, the real Unleash server (PostgreSQL 15, unleash-server on Node 20) included
 test-unleash: unleash
 	$(GO) test -race -count=1 -run 'Unleash' -v ./rollout/... ./internal/localserver/
 
-## lint: gofmt, go vet, staticcheck (pinned) and go mod tidy -diff, for the module and for bench/
+## lint: gofmt, go vet, staticcheck (pinned) and go mod tidy -diff, for the core, each integration module and bench/
 lint: vet
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) mod tidy -diff
+	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) run $(STATICCHECK) ./... && $(GO) mod tidy -diff); done
 	cd bench && $(GO) vet ./... && $(GO) mod tidy -diff
 
 ## vet: gofmt check and go vet
@@ -29,17 +38,20 @@ vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
 
 ## fuzz: every fuzz target, FUZZTIME each (10s unless told)
 fuzz:
-	@set -e; for pkg in $$($(GO) list ./...); do \
-		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
-			echo "fuzz $$pkg $$target"; \
-			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg; \
+	@set -e; for m in . $(MODULES); do \
+		for pkg in $$(cd $$m && $(GO) list ./...); do \
+			for target in $$(cd $$m && $(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+				echo "fuzz $$pkg $$target"; \
+				(cd $$m && $(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg); \
+			done; \
 		done; \
 	done
 
-## demo: the migration demo end to end on real memcached and Redis servers
+## demo: the migration demo end to end on real memcached and Redis servers; ends with a summary and an HTML report
 demo: servers
 	$(GO) run ./cmd/migrate-demo
 
@@ -62,3 +74,4 @@ bench-peers: servers
 ## bench: every benchmark, once (compare ratios within one run: the machine is shared)
 bench: servers
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchtime 2s ./...); done

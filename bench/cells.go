@@ -134,6 +134,16 @@ func cells(e *env) []cell {
 	for _, c := range []cell{
 		tk(pathCluster, implDefault, specOne, cluster, nil),
 		tk(pathCluster, implNoBatch, specOne, cluster, noBatch),
+		// The peers on the same Cluster, through the same kind of client.
+		{path: pathCluster, impl: implUlule, peer: true, setup: func() (decider, func(), error) {
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: e.cluster, PoolSize: 64, ContextTimeoutEnabled: true})
+			d, err := ululeDecider(c, limiter.Rate{Period: time.Minute, Limit: defaultPerMin})
+			return d, func() { _ = c.Close() }, err
+		}},
+		{path: pathCluster, impl: implRedisRat, peer: true, setup: func() (decider, func(), error) {
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: e.cluster, PoolSize: 64, ContextTimeoutEnabled: true})
+			return redisRateDecider(c, defaultPerMin), func() { _ = c.Close() }, nil
+		}},
 	} {
 		c.servers = e.cluster
 		add(c)
@@ -250,7 +260,7 @@ func ululeThree(addr string) cell {
 
 // ululeDecider asks one ulule limiter per rate, each with a store of its own
 // prefix, and allows when none is reached.
-func ululeDecider(c *redis.Client, rates ...limiter.Rate) (decider, error) {
+func ululeDecider(c ulredis.Client, rates ...limiter.Rate) (decider, error) {
 	var ls []*limiter.Limiter
 	for i, r := range rates {
 		store, err := ulredis.NewStoreWithOptions(c, limiter.StoreOptions{Prefix: fmt.Sprintf("ulule%d", i)})
@@ -276,16 +286,21 @@ func ululeDecider(c *redis.Client, rates ...limiter.Rate) (decider, error) {
 func redisRate(addr, path string, perMin int) cell {
 	return cell{path: path, impl: implRedisRat, peer: true, setup: func() (decider, func(), error) {
 		c := newRedisClient(addr)
-		l := redis_rate.NewLimiter(c)
-		lim := redis_rate.PerMinute(perMin)
-		return func(ctx context.Context, id string) (bool, error) {
-			r, err := l.Allow(ctx, id, lim)
-			if err != nil {
-				return false, err
-			}
-			return r.Allowed > 0, nil
-		}, func() { _ = c.Close() }, nil
+		return redisRateDecider(c, perMin), func() { _ = c.Close() }, nil
 	}}
+}
+
+// redisRateDecider is a redis_rate limiter over c at perMin a minute.
+func redisRateDecider(c redis.UniversalClient, perMin int) decider {
+	l := redis_rate.NewLimiter(c)
+	lim := redis_rate.PerMinute(perMin)
+	return func(ctx context.Context, id string) (bool, error) {
+		r, err := l.Allow(ctx, id, lim)
+		if err != nil {
+			return false, err
+		}
+		return r.Allowed > 0, nil
+	}
 }
 
 // throttledRedis is github.com/throttled/throttled's GCRA over its go-redis

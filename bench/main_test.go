@@ -79,6 +79,9 @@ func TestGoals(t *testing.T) {
 		{path: pathMemory1, impl: implMemory, inProcess: true, rate: 4e6},
 		{path: pathMemory1, impl: implXRate, inProcess: true, peer: true, rate: 1e7},
 		{path: pathCluster, impl: implDefault, rate: 90_000},
+		{path: pathCluster, impl: implUlule, peer: true, rate: 50_000},
+		{path: pathSerial, impl: implDefault, p50: 40 * time.Microsecond},
+		{path: pathSerial, impl: implUlule, peer: true, p50: 35 * time.Microsecond},
 	}}
 	got := map[string]goal{}
 	for _, g := range rep.goals() {
@@ -91,6 +94,8 @@ func TestGoals(t *testing.T) {
 		"in process, 1 goroutine, bare loop: ≤ 2× a map of x/time/rate limiters' time per decision": "**no**",
 		"Redis time per decision (INFO commandstats) ≤ ulule's, one limit, default (batched)":       "yes",
 		"Redis Cluster (3 primaries), default (batched per node): ≥ 1× standalone default":          "**no**",
+		"Redis Cluster (3 primaries), default: ≥ 2× the best peer on the same Cluster":              "**no**",
+		"one caller alone: p50 at 1 goroutine, default, no worse than ulule's":                      "**no**",
 	}
 	for text, met := range want {
 		g, ok := got[text]
@@ -116,7 +121,7 @@ func TestWriteFileKeepsHandWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(name)
-	if !strings.Contains(string(b), handMarker+defaultTail) || !strings.Contains(string(b), "## The goals of issue 21") {
+	if !strings.Contains(string(b), handMarker+defaultTail) || !strings.Contains(string(b), "## The goals of issues 21 and 28") {
 		t.Fatalf("new file:\n%s", b)
 	}
 	mine := "\n## What stands in the way\n\nProse by hand.\n"

@@ -83,7 +83,7 @@ func yesNo(ok bool) string {
 	return "**no**"
 }
 
-// goals computes every goal of issue 21 from the run's figures.
+// goals computes every goal of issues 21 and 28 from the run's figures.
 func (rep *report) goals() []goal {
 	var gs []goal
 	add := func(text, measured, met string) { gs = append(gs, goal{text, measured, met}) }
@@ -153,6 +153,19 @@ func (rep *report) goals() []goal {
 		add("Redis time per decision (INFO commandstats) ≤ ulule's, one limit, default (batched)", notRun, "–")
 	}
 
+	if tk, ul := rep.find(pathFixed, implDefault), rep.find(pathFixed, implUlule); tk != nil && ul != nil && tk.serverCPU > 0 && ul.serverCPU > 0 {
+		ratio := float64(tk.serverCPU) / float64(ul.serverCPU)
+		add("Redis CPU per decision (server process CPU over decisions) ≤ 0.5× ulule's, one limit, default",
+			fmt.Sprintf("%v against %v: %.2f×", round(tk.serverCPU), round(ul.serverCPU), ratio), yesNo(ratio <= 0.5))
+	} else {
+		add("Redis CPU per decision (server process CPU over decisions) ≤ 0.5× ulule's, one limit, default", notRun, "–")
+	}
+	if def, ul := rep.find(pathSerial, implDefault), rep.find(pathSerial, implUlule); def != nil && ul != nil {
+		add("one caller alone: p50 at 1 goroutine, default, no worse than ulule's",
+			fmt.Sprintf("%v against %v", round(def.p50), round(ul.p50)), yesNo(def.p50 <= ul.p50))
+	} else {
+		add("one caller alone: p50 at 1 goroutine, default, no worse than ulule's", notRun, "–")
+	}
 	if def, plain := rep.find(pathSerial, implDefault), rep.find(pathSerial, implNoBatch); def != nil && plain != nil {
 		add("one caller alone: p50 at 1 goroutine, default, no worse than `WithoutBatching()`",
 			fmt.Sprintf("%v against %v", round(def.p50), round(plain.p50)), yesNo(def.p50 <= plain.p50))
@@ -175,8 +188,12 @@ func (rep *report) goals() []goal {
 		}
 	}
 	if len(mem) > 0 {
+		met := "reported"
+		if tk, ul := rep.findMem(implDefault, 1), rep.findMem(implUlule, 1); tk != nil && ul != nil {
+			met = yesNo(tk.usedPerID <= ul.usedPerID) + " (1 limit ≤ ulule's)"
+		}
 		add(fmt.Sprintf("Redis memory per identifier (%s identifiers, used_memory Δ), 1 and 3 limits, before and after, beside ulule's", thousands(float64(rep.cfg.memIdentifiers))),
-			strings.Join(mem, "; "), "reported")
+			strings.Join(mem, "; "), met)
 	} else {
 		add("Redis memory per identifier, 1 and 3 limits, beside ulule's", notRun, "–")
 	}
@@ -195,6 +212,16 @@ func (rep *report) goals() []goal {
 		add(text, m, yesNo(ratio >= 1))
 	}
 	layoutGoal("Redis Cluster (3 primaries), default (batched per node): ≥ 1× standalone default", pathCluster)
+	if tk, peer := rep.find(pathCluster, implDefault), rep.bestPeer(pathCluster); tk != nil && peer != nil {
+		ratio := tk.rate / peer.rate
+		m := fmt.Sprintf("%s/s against %s's %s/s: %.2f×", thousands(tk.rate), peer.impl, thousands(peer.rate), ratio)
+		if tk.serverCPU > 0 && peer.serverCPU > 0 {
+			m += fmt.Sprintf("; server CPU per decision over the nodes %v against %v", round(tk.serverCPU), round(peer.serverCPU))
+		}
+		add("Redis Cluster (3 primaries), default: ≥ 2× the best peer on the same Cluster", m, yesNo(ratio >= 2))
+	} else {
+		add("Redis Cluster (3 primaries), default: ≥ 2× the best peer on the same Cluster", notRun, "–")
+	}
 	layoutGoal("sharded over 3 groups, default: ≥ 1× standalone default", pathSharded)
 	return gs
 }
@@ -208,7 +235,7 @@ func (rep *report) write(w io.Writer, tail string) {
 	fmt.Fprintf(w, "`make bench-peers` on %s at %s (the command and the columns are explained in `README.md`). "+
 		"Client and servers share the machine's cores, so server CPU and client CPU compete: read ratios within this run, "+
 		"not absolute figures across runs or machines.\n\n", time.Now().Format("2006-01-02"), rep.commit)
-	fmt.Fprintln(w, "## The goals of issue 21, and this run's figures")
+	fmt.Fprintln(w, "## The goals of issues 21 and 28, and this run's figures")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| goal | measured | met |")
 	fmt.Fprintln(w, "|---|---|---|")
@@ -275,10 +302,14 @@ func (rep *report) ratio(r result) string {
 		return ""
 	}
 	if r.path == pathCluster || r.path == pathSharded {
+		var parts []string
 		if s := rep.find(pathFixed, r.impl); s != nil {
-			return fmt.Sprintf("%.2f× standalone", r.rate/s.rate)
+			parts = append(parts, fmt.Sprintf("%.2f× standalone", r.rate/s.rate))
 		}
-		return ""
+		if b := rep.bestPeer(r.path); b != nil {
+			parts = append(parts, fmt.Sprintf("%.2f× best peer", r.rate/b.rate))
+		}
+		return strings.Join(parts, ", ")
 	}
 	b := rep.bestPeer(r.path)
 	if b == nil {

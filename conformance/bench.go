@@ -179,6 +179,7 @@ func benchPolicy(b *testing.B, name string, limits ...throttler.Limit) *throttle
 	if err != nil {
 		b.Fatalf("NewPolicy(%q): %v", name, err)
 	}
+	checkNotation(b, p)
 	return p
 }
 

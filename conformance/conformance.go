@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"runtime/debug"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // Limitations may be implemented by a Harness whose backend documents a
@@ -101,7 +103,7 @@ type subtest struct {
 // context of SubtestTimeout.
 //
 // Every subtest drives the backend through throttler.New with a
-// throttler.ManualClock starting at T0, so its expectations are exact
+// throttlertest.ManualClock starting at T0, so its expectations are exact
 // timelines with no tolerance. Optional capabilities (Refunder, Resetter,
 // Peeker, Leaser, Seeder) are checked when the backend implements them and
 // skipped otherwise. A Harness may implement Limitations to declare documented
@@ -157,7 +159,7 @@ type env struct {
 type instance struct {
 	env     *env
 	backend driver.Backend
-	clock   *throttler.ManualClock
+	clock   *throttlertest.ManualClock
 	thr     *throttler.Throttler
 	// skew is how far this instance's clock runs ahead of the primary's.
 	skew time.Duration
@@ -239,7 +241,7 @@ func (e *env) newInstance(skew time.Duration) *instance {
 	if b == nil {
 		e.t.Fatal("MakeBackend returned a nil backend and no error")
 	}
-	clock := throttler.NewManualClock(T0.Add(skew))
+	clock := throttlertest.NewManualClock(T0.Add(skew))
 	if e.main != nil {
 		clock.Set(e.main.clock.Now().Add(skew))
 	}
@@ -272,7 +274,25 @@ func mustPolicy(t *testing.T, name string, limits ...throttler.Limit) *throttler
 	if err != nil {
 		t.Fatalf("NewPolicy(%q): %v", name, err)
 	}
+	checkNotation(t, p)
 	return p
+}
+
+// checkNotation fails the test unless p's String reads back, through
+// ParsePolicy, as an equal policy: the same name and limits (names,
+// algorithms, bursts), hence the same stored keys. Every policy the suite
+// builds passes through it, so the one notation an operator pastes
+// (Policy.String into ParsePolicy or the throttlekit command) is checked on
+// every shape of policy the contract covers.
+func checkNotation(tb testing.TB, p *throttler.Policy) {
+	tb.Helper()
+	again, err := throttler.ParsePolicy("", p.String())
+	if err != nil {
+		tb.Fatalf("policy %q: ParsePolicy(String()) = %v", p.String(), err)
+	}
+	if again.Name() != p.Name() || !reflect.DeepEqual(again.Limits(), p.Limits()) || again.String() != p.String() {
+		tb.Fatalf("policy %q reads back as %q: limits %+v, want %+v", p.String(), again.String(), again.Limits(), p.Limits())
+	}
 }
 
 // refunder and resetter skip the subtest when the backend lacks the
@@ -377,6 +397,7 @@ var suite = []subtest{
 	// Seeding state from another store.
 	{"SeedEveryAlgorithm", testSeedEveryAlgorithm},
 	{"SeedKeepsNewer", testSeedKeepsNewer},
+	{"SeedKeepsHeldWindow", testSeedKeepsHeldWindow},
 	{"SeedClosedWindowIgnored", testSeedClosedWindowIgnored},
 	{"SeedThenDecide", testSeedThenDecide},
 	{"SeedConcurrentWriters", testSeedConcurrentWriters},

@@ -103,6 +103,10 @@ const (
 	seedUnchecked fault = "seed-unchecked"
 	// seedPriorAfter reports the states after the step as the prior ones.
 	seedPriorAfter fault = "seed-prior-after"
+	// seedTakesOtherEnd merges by the rule before issue 27: a given fixed
+	// window open at now with another End than the open one held replaces
+	// it, moving its clients' ResetAt.
+	seedTakesOtherEnd fault = "seed-takes-other-end"
 	// keyByMax keeps a limit's state under a key holding its Max, so that
 	// raising Max opens a fresh window (layout 1 did this for an unnamed
 	// limit).
@@ -143,6 +147,7 @@ func TestBrokenBackendsFail(t *testing.T) {
 		{seedNotAtomic, []string{"SeedConcurrentWriters"}},
 		{seedUnchecked, []string{"SeedInvalidState"}},
 		{seedPriorAfter, []string{"SeedEveryAlgorithm", "SeedKeepsNewer"}},
+		{seedTakesOtherEnd, []string{"SeedKeepsHeldWindow"}},
 		{keyByMax, []string{"RaisingMaxKeepsWindow"}},
 	} {
 		t.Run(string(c.fault), func(t *testing.T) {
@@ -455,6 +460,9 @@ func (b *referenceBackend) Seed(ctx context.Context, req driver.Request, given [
 	case seedDecidesFirst:
 		allowed = driver.Decide(p, now, req.Cost, next)
 		driver.Merge(p, now, next, given)
+	case seedTakesOtherEnd:
+		takeOtherEnds(p, now, next, given)
+		allowed = driver.Seed(p, now, req.Cost, next, given)
 	default:
 		allowed = driver.Seed(p, now, req.Cost, next, given)
 	}
@@ -463,6 +471,25 @@ func (b *referenceBackend) Seed(ctx context.Context, req driver.Request, given [
 		prior = next
 	}
 	return driver.Outcome{Allowed: allowed, States: next, Prior: prior}, nil
+}
+
+// takeOtherEnds replaces each fixed window held open at now by the given
+// one when that is open too and ends at another moment, as driver.Merge
+// did before issue 27; driver.Seed then finds the two ends equal.
+func takeOtherEnds(p *driver.Policy, now time.Time, held, given []driver.State) {
+	if len(held) != len(p.Limits) || len(given) != len(p.Limits) {
+		return
+	}
+	for i := range p.Limits {
+		l := &p.Limits[i]
+		if l.Algorithm != driver.FixedWindow && l.Algorithm != driver.AlignedWindow {
+			continue
+		}
+		h, g := driver.InForce(l, held[i], now), driver.InForce(l, given[i], now)
+		if h != (driver.State{}) && g != (driver.State{}) && h.End != g.End {
+			held[i] = g
+		}
+	}
 }
 
 // Acquire calls driver.AcquireLease under the store's lock, unless the

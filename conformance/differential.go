@@ -131,6 +131,7 @@ func (d *differential) randomPolicy(name string) *throttler.Policy {
 	if err != nil {
 		d.t.Fatalf("seed %d: random policy %v: %v", d.seed, limits, err)
 	}
+	checkNotation(d.t, p)
 	return p
 }
 

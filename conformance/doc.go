@@ -13,14 +13,23 @@
 // fresh Harness for each subtest. A Harness makes backends that share one
 // store (the suite builds several throttlers over several backends of one
 // harness, with clocks apart, as a fleet of processes would) and releases
-// the store on Close. State must not leak from one harness to the next: use
-// a new key prefix, a flushed server or a new in-memory store. A test file
-// for a backend outside this repository is about this long:
+// the store on Close. State must not leak from one harness to the next,
+// nor from one run of the tests to the next against the same server: a
+// subtest's timelines start from nothing, and windows the last run opened
+// are still open when you run the suite again a minute later. So give each
+// harness a key prefix no other harness, in this run or an earlier one,
+// has used (the subtest's name and a random token), or a flushed server,
+// or a new in-memory store; and have Close delete what the harness wrote
+// when the store lets you, so that test runs do not pile up keys. (That is
+// the test harness's Close: a backend's own Close must never delete stored
+// state, which other processes share.) A test file for a backend outside
+// this repository is about this long:
 //
 //	package mystore_test
 //
 //	import (
 //		"context"
+//		"crypto/rand"
 //		"testing"
 //
 //		"example.com/mystore"
@@ -38,7 +47,8 @@
 //		return mystore.New(h.server.Addr(), mystore.WithKeyPrefix(h.prefix))
 //	}
 //
-//	func (h *harness) Close() {}
+//	// Close deletes the keys this harness wrote: a test server only.
+//	func (h *harness) Close() { h.server.DeletePrefix(h.prefix) }
 //
 //	// Limitations is optional: declare only what mystore's docs promise.
 //	func (h *harness) Limitations() conformance.Caveats {
@@ -47,7 +57,10 @@
 //
 //	func newHarness(ctx context.Context, tb testing.TB) (conformance.Harness, error) {
 //		server := mystore.StartTestServer(tb) // skips when the server is not installed
-//		return &harness{server: server, prefix: tb.Name() + ":"}, nil
+//		// Unique to this subtest and this run: a second run against the
+//		// same server finds none of the first run's windows.
+//		prefix := tb.Name() + ":" + rand.Text() + ":"
+//		return &harness{server: server, prefix: prefix}, nil
 //	}
 //
 //	func TestConformance(t *testing.T) { conformance.Run(t, newHarness) }
@@ -77,7 +90,7 @@
 // # How it checks
 //
 // Every subtest drives the backend through throttler.New with a
-// throttler.ManualClock starting at T0, 2030-01-02T03:04:05.678Z, which is
+// throttlertest.ManualClock starting at T0, 2030-01-02T03:04:05.678Z, which is
 // not aligned to a second, so aligned windows end at other moments than
 // anchored ones. Expectations are exact timelines worked out by hand from
 // SPEC (tables of t0..tN), with no tolerance. Beyond each table, every
@@ -104,14 +117,23 @@
 // the burst), runs random Decide, Peek, Refund, Take, Seed and Reset calls
 // on the backend directly, and compares every verdict, Granted and state
 // (as it counts at now, driver.InForce) with the package driver functions
-// applied to the same states. A backend without Seeder skips it.
+// applied to the same states. A backend without Seeder skips it. The
+// states it seeds are those a throttler can leave behind: quotas up to
+// about a million, counts up to twice Max plus a few (a lowered Max), GCRA
+// TATs within a few emission intervals of the burst, times within minutes
+// of T0; no value it seeds comes near 2^53, so a backend that refuses
+// larger values (as the Redis backend does) passes, and checking that
+// refusal is the backend's own test.
 //
 // # Optional capabilities and weaker guarantees
 //
 // Subtests of an optional capability run only when the backend implements
 // it, and skip otherwise: RefundFixedWindow, RefundGCRA,
 // RefundAfterWindowClosed and ConcurrentRefund need driver.Refunder;
-// ResetForgetsState needs driver.Resetter; PeekerMatchesDecide needs
+// ResetForgetsState needs driver.Resetter (it checks that the states of
+// the policy's limits are forgotten, for that identifier and that policy
+// only; whether a Reset also forgets the states of limits an earlier
+// definition of the policy dropped is the backend's choice, unchecked); PeekerMatchesDecide needs
 // driver.Peeker and checks the two routes to a peek (Peek, and Decide
 // with cost 0) give the same answer. Without Refunder the random sequences
 // leave refunds out, and without Resetter, resets. The Lease* subtests and
@@ -235,7 +257,9 @@
 //	  ignored
 //	Seeding 3: nothing held takes the given       SeedEveryAlgorithm, SeedThenDecide
 //	  state
-//	Seeding 4: the newer wins, per algorithm      SeedKeepsNewer, SeedConcurrentWriters
+//	Seeding 4: both count: a fixed window keeps   SeedKeepsHeldWindow, SeedKeepsNewer,
+//	  the held End and the larger Used; GCRA and  SeedConcurrentWriters
+//	  sliding the newer
 //	Seeding 5: merge, then decide, one atomic     SeedThenDecide, SeedConcurrentWriters
 //	  step; a denial keeps the merge
 //	Seeding 6: Prior is what the store held       SeedEveryAlgorithm, SeedKeepsNewer; every seed the

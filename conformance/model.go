@@ -46,11 +46,13 @@ type Model struct {
 	states map[modelKey]*modelState
 }
 
-// modelKey names one limit's state for one identifier. Like SPEC "Keys" 1,
-// it carries the policy name and the limit's identity (name, algorithm,
-// window, and for GCRA its capacity, as throttler.Policy.LimitKey does), so
-// two limits never share state; Max is not part of it, so raising a
-// limit's quota keeps its counts.
+// modelKey names one limit's state for one identifier: the policy name and
+// the limit's name as Policy.Limits gives it, algorithm, window and, for
+// GCRA, capacity, so two limits never share state. That is key layout 1's
+// identity (driver.KeyV1), finer than layout 2's driver.Limit.Key: an
+// unnamed limit's name is its notation, Max included, and a GCRA limit's
+// capacity is Max when no burst is set, so the model carries a limit's
+// state across a change of its Max only for a named window limit.
 type modelKey struct {
 	policy    string
 	limit     string

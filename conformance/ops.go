@@ -9,6 +9,7 @@ import (
 
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // testPeekNeverChangesState: peeks, however many, at a fresh, a partly
@@ -208,7 +209,7 @@ func testResetForgetsState(t *testing.T, e *env) {
 func compile(t *testing.T, p *throttler.Policy) *driver.Policy {
 	t.Helper()
 	rec := &policyRecorder{}
-	thr, err := throttler.New(rec, throttler.WithClock(throttler.NewManualClock(T0)), throttler.WithLogger(nil))
+	thr, err := throttler.New(rec, throttler.WithClock(throttlertest.NewManualClock(T0)), throttler.WithLogger(nil))
 	if err != nil {
 		t.Fatalf("throttler.New over a recorder: %v", err)
 	}

@@ -15,7 +15,9 @@ import (
 // SPEC "Seeding state from another store": driver.Seeder takes states that
 // another store decided and merges them into its own exactly as
 // driver.Merge does (what counts nothing at now is ignored, what the store
-// does not hold is taken, otherwise the newer wins), then decides the
+// does not hold is taken; when both count, a fixed window keeps the End
+// the store holds with the larger count, GCRA and sliding windows the
+// newer state), then decides the
 // request's cost on the result, all in one atomic step, reporting the
 // states it held before in Outcome.Prior. Every Seed subtest skips when the
 // backend does not implement driver.Seeder, or when it is a decorator that
@@ -233,10 +235,10 @@ func testSeedEveryAlgorithm(t *testing.T, e *env) {
 }
 
 // testSeedKeepsNewer: when the store and the given state both count, the
-// newer wins: within one fixed window the larger Used (either side), a
-// different open fixed window the given one; GCRA the later TAT; a sliding
-// window the later End, and within one End the larger of each count, after
-// reading both as they count at now.
+// newer wins: within one fixed window the larger Used (either side); GCRA
+// the later TAT; a sliding window the later End, and within one End the
+// larger of each count, after reading both as they count at now. A fixed
+// window with another End is SeedKeepsHeldWindow's.
 func testSeedKeepsNewer(t *testing.T, e *env) {
 	e.requireSeeder()
 	e1, e2 := slidingE1, slidingE1+minute
@@ -254,13 +256,6 @@ func testSeedKeepsNewer(t *testing.T, e *env) {
 		{10 * sec, allowN, 1, true, 0, 10, minute, 0},
 		{10 * sec, allowN, 1, false, 0, 10, minute, 50 * sec},
 	})
-
-	// Another open window: the store that decides opened it earlier.
-	e.main.timeline(t, fixed, "other-window", []step{{0, allowN, 6, true, 4, 6, minute, 0}})
-	e.at(10 * sec)
-	e.main.seed(t, "fixed, another open window", fixed, "other-window", 0, one(fixedAt(2, 30*sec)),
-		seeded{true, one(fixedAt(6, minute)), one(fixedAt(2, 30*sec))})
-	e.main.timeline(t, fixed, "other-window", []step{{10 * sec, allowN, 1, true, 7, 3, 30 * sec, 0}})
 
 	aligned := mustPolicy(t, "newer-aligned", throttler.PerMinute(10).Using(throttler.AlignedWindow).Named("10/min aligned"))
 	e.main.timeline(t, aligned, "same-window", []step{{0, allowN, 6, true, 4, 6, e1, 0}})
@@ -309,6 +304,65 @@ func testSeedKeepsNewer(t *testing.T, e *env) {
 	e.main.seed(t, "sliding, a later End", sliding, "counts", 0, one(slidingAt(2, e2, 4)),
 		seeded{true, one(slidingAt(4, e1, 3)), one(slidingAt(2, e2, 4))})
 	e.main.timeline(t, sliding, "counts", []step{{10 * sec, peek, 0, true, 4, 6, e2 + minute, 0}})
+}
+
+// testSeedKeepsHeldWindow: a fixed window (anchored or aligned) the store
+// holds open stays where it is whatever End a given window has, earlier or
+// later: the store keeps its End, so the ResetAt its clients were shown,
+// and takes the larger of the two counts, so that no unit either store
+// counted is granted again. A given window of the same End further on
+// raises the count as before, and once the held window has closed the
+// given one is taken as it is.
+func testSeedKeepsHeldWindow(t *testing.T, e *env) {
+	e.requireSeeder()
+	e1 := slidingE1
+	one := func(s driver.State) []driver.State { return []driver.State{s} }
+
+	fixed := mustPolicy(t, "held-fixed", throttler.PerMinute(10).Named("10/min"))
+	e.main.timeline(t, fixed, "held", []step{{0, allowN, 6, true, 4, 6, minute, 0}})
+	e.at(10 * sec)
+	e.main.seed(t, "fixed, an earlier End with fewer units", fixed, "held", 0, one(fixedAt(2, 30*sec)),
+		seeded{true, one(fixedAt(6, minute)), one(fixedAt(6, minute))})
+	e.main.seed(t, "fixed, a later End with more units", fixed, "held", 0, one(fixedAt(8, 90*sec)),
+		seeded{true, one(fixedAt(6, minute)), one(fixedAt(8, minute))})
+	// The held window further on, as its other writers counted it.
+	e.main.seed(t, "fixed, the held window further on", fixed, "held", 0, one(fixedAt(9, minute)),
+		seeded{true, one(fixedAt(8, minute)), one(fixedAt(9, minute))})
+	e.main.timeline(t, fixed, "held", []step{
+		{10 * sec, allowN, 1, true, 0, 10, minute, 0},
+		{20 * sec, allowN, 1, false, 0, 10, minute, 40 * sec},
+	})
+	// Closed at T0+60s: the given window is taken as it is.
+	e.at(minute)
+	e.main.seed(t, "fixed, the held window closed", fixed, "held", 0, one(fixedAt(3, 90*sec)),
+		seeded{true, one(none), one(fixedAt(3, 90*sec))})
+	e.main.timeline(t, fixed, "held", []step{{minute, allowN, 1, true, 6, 4, 90 * sec, 0}})
+
+	// With a cost: the merge keeps the held End, then the cost is decided
+	// in it; a denial keeps the merge.
+	e.main.timeline(t, fixed, "cost", []step{{0, allowN, 2, true, 8, 2, minute, 0}})
+	e.at(10 * sec)
+	e.main.seed(t, "fixed, cost 3, an earlier End", fixed, "cost", 3, one(fixedAt(5, 30*sec)),
+		seeded{true, one(fixedAt(2, minute)), one(fixedAt(8, minute))})
+	e.main.seed(t, "fixed, cost 3, a later End", fixed, "cost", 3, one(fixedAt(9, 100*sec)),
+		seeded{false, one(fixedAt(8, minute)), one(fixedAt(9, minute))})
+	e.main.timeline(t, fixed, "cost", []step{{10 * sec, peek, 0, true, 1, 9, minute, 0}})
+
+	// Aligned: the window holding now stays when the next one is given (a
+	// store whose clock runs ahead opened it) ...
+	aligned := mustPolicy(t, "held-aligned", throttler.PerMinute(10).Using(throttler.AlignedWindow).Named("10/min aligned"))
+	e.main.timeline(t, aligned, "held", []step{{10 * sec, allowN, 3, true, 7, 3, e1, 0}})
+	e.main.seed(t, "aligned, the next window", aligned, "held", 0, one(fixedAt(7, e1+minute)),
+		seeded{true, one(fixedAt(3, e1)), one(fixedAt(7, e1))})
+	e.main.timeline(t, aligned, "held", []step{{10 * sec, allowN, 1, true, 2, 8, e1, 0}})
+	// ... and the next window, opened by a clock 50 s ahead, stays when the
+	// window holding this clock's now is given.
+	ahead := e.newInstance(50 * sec)
+	ahead.timeline(t, aligned, "ahead", []step{{10 * sec, allowN, 2, true, 8, 2, e1 + minute, 0}})
+	e.at(10 * sec)
+	e.main.seed(t, "aligned, the window before the held one", aligned, "ahead", 0, one(fixedAt(5, e1)),
+		seeded{true, one(fixedAt(2, e1+minute)), one(fixedAt(5, e1+minute))})
+	e.main.timeline(t, aligned, "ahead", []step{{10 * sec, peek, 0, true, 5, 5, e1 + minute, 0}})
 }
 
 // testSeedClosedWindowIgnored: a given state that counts nothing at now (a
@@ -505,8 +559,8 @@ func racingSeedsAndDecisions(t *testing.T, e *env) {
 	e.at(10 * sec)
 	now := e.main.clock.Now()
 	end := fixedAt(0, 30*minute).End
-	// Open the window first, so that no decision opens one of its own that
-	// a seed of another open window would then replace.
+	// Open the window first, so that every call meets the seeded window: a
+	// window a decision opened first would keep its own End.
 	e.main.seed(t, "opening", p, "racing", 0, []driver.State{fixedAt(1, 30*minute)},
 		seeded{true, []driver.State{none}, []driver.State{fixedAt(1, 30*minute)}})
 
@@ -730,5 +784,6 @@ func mustParse(t *testing.T, name, limits string) *throttler.Policy {
 	if err != nil {
 		t.Fatalf("ParsePolicy(%q, %q): %v", name, limits, err)
 	}
+	checkNotation(t, p)
 	return p
 }

@@ -10,12 +10,13 @@ import (
 	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
 	"github.com/throttlekit/throttlekit/middleware"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // Example limits each client IP to 2 requests a minute and prints the
 // headers of an allowed and of a denied request.
 func Example() {
-	clock := throttler.NewManualClock(time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC))
+	clock := throttlertest.NewManualClock(time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC))
 	th, err := throttler.New(memorybackend.New(), throttler.WithClock(clock))
 	if err != nil {
 		fmt.Println(err)
@@ -95,7 +96,7 @@ func Example() {
 // ExampleWriteHeaders sets the rate-limit headers outside net/http
 // middleware, as another framework's adapter would.
 func ExampleWriteHeaders() {
-	clock := throttler.NewManualClock(time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC))
+	clock := throttlertest.NewManualClock(time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC))
 	th, err := throttler.New(memorybackend.New(), throttler.WithClock(clock))
 	if err != nil {
 		panic(err)

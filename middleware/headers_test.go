@@ -15,6 +15,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // headersT0 is a clock reading with a fractional second, so that every
@@ -47,7 +48,7 @@ func headersFor(r throttler.Result, now time.Time, p *throttler.Policy, opts Hea
 // every header of every response against the decision behind it.
 func TestWriteHeadersFixedWindowTimeline(t *testing.T) {
 	p := headersPolicy(t, "api", "3/min")
-	clock := throttler.NewManualClock(headersT0)
+	clock := throttlertest.NewManualClock(headersT0)
 	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(clock))
 	ctx := context.Background()
 	// The window opens at t0 and ends at t0+60s = ...060.250 s: rounded up.
@@ -96,7 +97,7 @@ func TestWriteHeadersFixedWindowTimeline(t *testing.T) {
 // left is denied, and no header says a unit remains.
 func TestWriteHeadersDenialNeverClaimsQuota(t *testing.T) {
 	p := headersPolicy(t, "api", "3/min")
-	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttler.NewManualClock(headersT0)))
+	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttlertest.NewManualClock(headersT0)))
 	_, err := th.AllowN(context.Background(), p, "u", 2)
 	require.NoError(t, err)
 	r, err := th.AllowN(context.Background(), p, "u", 2)
@@ -116,7 +117,7 @@ func TestWriteHeadersMultiLimit(t *testing.T) {
 	limits := []throttler.Limit{throttler.PerSecond(2).Named("burst"), throttler.PerHour(100).Named("hourly")}
 	p, err := throttler.NewPolicy("core", limits)
 	require.NoError(t, err)
-	clock := throttler.NewManualClock(headersT0)
+	clock := throttlertest.NewManualClock(headersT0)
 	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(clock))
 	ctx := context.Background()
 	wantPolicy := `"core:burst";q=2;w=1, "core:hourly";q=100;w=3600`
@@ -176,7 +177,7 @@ func TestRateLimitPolicyValueWindows(t *testing.T) {
 // until the request fits, and X-RateLimit-Reset is when the bucket is full.
 func TestWriteHeadersGCRA(t *testing.T) {
 	p := headersPolicy(t, "g", "2/s gcra")
-	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttler.NewManualClock(headersT0)))
+	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttlertest.NewManualClock(headersT0)))
 	ctx := context.Background()
 	for range 2 {
 		_, err := th.Allow(ctx, p, "u")
@@ -196,7 +197,7 @@ func TestWriteHeadersGCRA(t *testing.T) {
 // Retry-After and no reset parameter, whatever h held before.
 func TestWriteHeadersNeverAllowed(t *testing.T) {
 	p := headersPolicy(t, "api", "3/min")
-	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttler.NewManualClock(headersT0)))
+	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttlertest.NewManualClock(headersT0)))
 	r, err := th.AllowN(context.Background(), p, "u", 4)
 	require.ErrorIs(t, err, throttler.ErrCostExceedsLimit)
 	require.True(t, r.NeverAllowed)
@@ -214,7 +215,7 @@ func TestWriteHeadersNeverAllowed(t *testing.T) {
 // degraded flag is.
 func TestWriteHeadersDegraded(t *testing.T) {
 	ctx := context.Background()
-	th := testkit.Throttler(t, headersFailingBackend{}, throttler.WithClock(throttler.NewManualClock(headersT0)),
+	th := testkit.Throttler(t, headersFailingBackend{}, throttler.WithClock(throttlertest.NewManualClock(headersT0)),
 		throttler.WithLogger(nil))
 
 	open := headersPolicy(t, "open", "3/min")
@@ -249,7 +250,7 @@ func TestWriteHeadersDegraded(t *testing.T) {
 // TestWriteHeadersOmit switches each family off in turn.
 func TestWriteHeadersOmit(t *testing.T) {
 	p := headersPolicy(t, "api", "1/min")
-	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttler.NewManualClock(headersT0)))
+	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttlertest.NewManualClock(headersT0)))
 	_, err := th.Allow(context.Background(), p, "u")
 	require.NoError(t, err)
 	denied, err := th.Allow(context.Background(), p, "u")
@@ -291,7 +292,7 @@ func TestHeaderNamesAreEscaped(t *testing.T) {
 	assert.Equal(t, `"a\"b\\c";q=1;w=1`, rateLimitPolicyValue(p, ""))
 	assert.Equal(t, `"caf%C3%A9%0D%0AX: 1";q=1;w=1`, rateLimitPolicyValue(p, "café\r\nX: 1"))
 
-	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttler.NewManualClock(headersT0)))
+	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttlertest.NewManualClock(headersT0)))
 	r, err := th.Allow(context.Background(), p, "u")
 	require.NoError(t, err)
 	h := headersFor(r, headersT0, p, HeaderOptions{Resource: "x\r\ny"})
@@ -337,7 +338,7 @@ func TestViolatedPoliciesReadsEachLimit(t *testing.T) {
 	p, err := throttler.NewPolicy("core", []throttler.Limit{throttler.PerSecond(1).Named("a"),
 		throttler.PerHour(5).Named("b"), throttler.PerMinute(1).Named("c")})
 	require.NoError(t, err)
-	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttler.NewManualClock(headersT0)))
+	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttlertest.NewManualClock(headersT0)))
 	ctx := context.Background()
 	_, err = th.Allow(ctx, p, "u")
 	require.NoError(t, err)

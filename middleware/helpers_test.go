@@ -20,6 +20,7 @@ import (
 	"github.com/throttlekit/throttlekit/middleware"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // t0 has a fractional second so that every rounding rule shows.
@@ -51,7 +52,7 @@ func (d *decisions) last(t *testing.T) throttler.Result {
 
 // rig is one throttler on the memory backend with a manual clock.
 type rig struct {
-	clock     *throttler.ManualClock
+	clock     *throttlertest.ManualClock
 	backend   driver.Backend
 	th        *throttler.Throttler
 	decisions *decisions
@@ -62,7 +63,7 @@ func newRig(t *testing.T, b driver.Backend) *rig {
 	if b == nil {
 		b = memorybackend.New()
 	}
-	r := &rig{clock: throttler.NewManualClock(t0), backend: b, decisions: &decisions{}}
+	r := &rig{clock: throttlertest.NewManualClock(t0), backend: b, decisions: &decisions{}}
 	r.th = testkit.Throttler(t, b, throttler.WithClock(r.clock), throttler.WithObserver(r.decisions))
 	return r
 }

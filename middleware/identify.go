@@ -5,11 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"github.com/throttlekit/throttlekit/throttler/driver"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/throttlekit/throttlekit/internal/quoted"
+	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
 // IdentifierFunc names what a request is limited by: its client IP, its API
@@ -245,23 +247,11 @@ func forwardedFor(lines []string) ([]string, bool) {
 // backslash escapes inside them. It reports false for an unterminated
 // string.
 func splitQuoted(s string, sep byte) ([]string, bool) {
-	var parts []string
-	start, quoted := 0, false
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case quoted && c == '\\':
-			i++
-		case c == '"':
-			quoted = !quoted
-		case !quoted && c == sep:
-			parts = append(parts, s[start:i])
-			start = i + 1
-		}
-	}
-	if quoted {
+	parts, closed := quoted.Split(s, quoted.Byte(sep))
+	if !closed {
 		return nil, false
 	}
-	return append(parts, s[start:]), true
+	return parts, true
 }
 
 // unquote returns an RFC 7230 token or quoted-string value, unescaped.

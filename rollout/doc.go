@@ -59,20 +59,30 @@
 // percentages during a flag change route an identifier between the two to
 // different stores, each of which counts only its own requests, so that
 // identifier may be granted up to twice its quota in the windows that
-// overlap the disagreement. Once every process has the new split, the next
-// decision after the move merges the stores and later windows are exact.
-// MirrorMode has no such gap while its stores are reachable.
+// overlap the disagreement. An anchored fixed window that rolls over
+// meanwhile is opened on each store at its own first request, so clients
+// see the two stores' resets in turn until the disagreement ends; then
+// the serving store keeps its window (driver.Merge never moves an open
+// window's End) and later windows are exact. MirrorMode has no such gap
+// while its stores are reachable, except when two processes that disagree
+// open an identifier's next window on different stores within one
+// mirrored write of each other: each store then keeps its own until the
+// disagreement ends, counted in MirrorDiverged (docs/SPEC.md, Rollout 7).
 //
 // MirrorMode decides on the serving backend and then writes the states it
 // decided to the other backend, with a Seed of cost 0, after every decision
 // of cost > 0, allowed or denied. The other backend therefore holds the same
 // windows (same end, same count; same GCRA arrival time) from the first
 // mirrored decision on, whenever mirroring began, even in the middle of
-// open windows; a later write never moves its window back nor lowers its
-// count (a write from a concurrent process may arrive late). Stats counts
-// in MirrorDiverged the decisions whose secondary was apart before the
-// write: it rises once per identifier when mirroring begins, then falls to
-// zero, which is how a dashboard shows the stores have converged. A
+// open windows, but for one case: a fixed window the other backend
+// already held open with another end keeps its end until it closes (it
+// takes the larger count), and the next window is the serving backend's.
+// A later write never moves an open window's end nor lowers its count (a
+// write from a concurrent process may arrive late). Stats counts in
+// MirrorDiverged the decisions whose secondary was apart before the write:
+// it rises once per identifier when mirroring begins (once per decision
+// into a window of another end), then falls to zero, which is how a
+// dashboard shows the stores have converged. A
 // secondary that is no driver.Seeder gets the allowed units replayed with
 // an ordinary Decide instead (the behaviour before Seeder): what it cannot
 // hold is counted as a shortfall. Mirror mode also seeds before deciding,
@@ -91,13 +101,19 @@
 //
 // # Upgrading the key layout
 //
-// Stored keys follow driver.KeyLayout. A store written before layout 2 (an
-// unnamed limit was keyed by its notation, Max included) is upgraded in
-// place with UpgradeKeys: a split rollout at 100 % from KeyLayoutV1(store)
-// to the store itself, so that each identifier's first decision reads its
-// layout-1 state and carries it into its layout-2 keys; no window
-// restarts. After the longest horizon of the deployment's policies the
-// old keys count for nothing, and the store can be used alone.
+// Stored keys follow driver.KeyLayout. A store written by a release before
+// layout 2 (an unnamed limit was keyed by its notation, Max included) is
+// upgraded in place with UpgradeKeys: a split rollout at 100 % from
+// KeyLayoutV1(store) (from the store's Layout2 view on Redis, whose own
+// layout changed too) to the store itself, so that each identifier's first
+// decision reads its layout-1 state and carries it into its layout-2 keys;
+// no window restarts. After the longest horizon of the deployment's
+// policies the old keys count for nothing, and the store can be used alone.
+// That is the deploy once every process of the old release has stopped:
+// while one may still decide, it counts in the old keys only, and the new
+// processes must count there too (docs/MIGRATION.md, "Upgrading
+// throttlekit": a mirror rollout at 0 % from KeyLayoutV1(store), or on
+// Redis the backend's Layout2Beside).
 //
 // In MirrorMode and ShadowMode the secondary call follows the primary one
 // within the same context and deadline, so a decision costs both round

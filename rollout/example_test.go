@@ -9,6 +9,7 @@ import (
 	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
 	"github.com/throttlekit/throttlekit/rollout"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // Example moves identifiers from one memory backend to another with a
@@ -16,7 +17,7 @@ import (
 // its window keeps its count and its reset time.
 func Example() {
 	ctx := context.Background()
-	clock := throttler.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
+	clock := throttlertest.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
 	oldStore, newStore := memorybackend.New(), memorybackend.New()
 	percent, err := rollout.NewStaticSource(0)
 	if err != nil {

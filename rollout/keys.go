@@ -119,17 +119,32 @@ func (v *v1Keys) Nonblocking() bool {
 }
 
 // UpgradeKeys returns the backend a deployment uses while it moves from the
-// limit keys of layout 1 to those of layout 2 in one store b:
-// Upgrade(KeyLayoutV1(b), b). Once every process has run it for the longest
-// horizon of its policies (the longest window, twice that for a sliding
-// window), the layout-1 keys hold nothing that counts and b can be used
-// alone. b is closed once, with the returned Backend's Close: the layout-1
-// side has no Close of its own.
+// limit keys of layout 1 to those of layout 2 in one store b, once every
+// process of the release that wrote layout 1 has stopped:
+// Upgrade(KeyLayoutV1(b), b). For a store whose own layout changed since
+// (one that has a view of its earlier layout, a Layout2 method returning a
+// driver.Backend, as redisbackend.Backend has: layout 1 kept a string per
+// limit, layout 3 one hash per policy), the old side is that view instead:
+// Upgrade(KeyLayoutV1(b.Layout2()), b), so that the layout-1 strings are
+// the ones read. Once every process has run it for the longest horizon of
+// its policies (the longest window, twice that for a sliding window), the
+// layout-1 keys hold nothing that counts and b can be used alone. b is
+// closed once, with the returned Backend's Close: the layout-1 side has no
+// Close of its own.
+//
+// While processes of the earlier release may still decide, they count in
+// the layout-1 keys only, and so must the new processes: see
+// docs/MIGRATION.md, "Upgrading throttlekit", for the deploy that runs
+// beside them.
 func UpgradeKeys(b driver.Backend, opts ...Option) (*Backend, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: rollout: nil backend", driver.ErrInvalidOption)
 	}
-	return Upgrade(KeyLayoutV1(b), b, opts...)
+	from := b
+	if old, ok := b.(interface{ Layout2() driver.Backend }); ok {
+		from = old.Layout2()
+	}
+	return Upgrade(KeyLayoutV1(from), b, opts...)
 }
 
 // Upgrade returns the backend a deployment uses while it moves its state

@@ -13,6 +13,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 func leaseLimit(t *testing.T, max int64) *throttler.ConcurrencyLimit {
@@ -36,7 +37,7 @@ func TestSplitLeasesFollowTheSide(t *testing.T) {
 	ctx := context.Background()
 	src := mustStatic(t, 0)
 	oldB, newB := memorybackend.New(), memorybackend.New()
-	th := testkit.Throttler(t, mustRollout(t, oldB, newB, src), throttler.WithClock(throttler.NewManualClock(t0)))
+	th := testkit.Throttler(t, mustRollout(t, oldB, newB, src), throttler.WithClock(throttlertest.NewManualClock(t0)))
 	l := leaseLimit(t, 1)
 	lease, err := th.Acquire(ctx, l, "u")
 	require.NoError(t, err)
@@ -60,7 +61,7 @@ func TestMirrorLeasesKeepTheCountAcrossAMove(t *testing.T) {
 	src := mustStatic(t, 0)
 	oldB, newB := memorybackend.New(), memorybackend.New()
 	rb := mustRollout(t, oldB, newB, src, WithMode(MirrorMode))
-	th := testkit.Throttler(t, rb, throttler.WithClock(throttler.NewManualClock(t0)))
+	th := testkit.Throttler(t, rb, throttler.WithClock(throttlertest.NewManualClock(t0)))
 	l := leaseLimit(t, 1)
 	lease, err := th.Acquire(ctx, l, "u")
 	require.NoError(t, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // step sets the rollout's percentage at an offset from the deploy.
@@ -79,7 +80,7 @@ func (m migration) run(t *testing.T, oldB, newB driver.Backend, callTimeout time
 	t.Helper()
 	rng := rand.New(rand.NewPCG(m.seed, 7))
 	start := t0.Add(time.Duration(rng.IntN(60_000)) * time.Millisecond)
-	clock := throttler.NewManualClock(start)
+	clock := throttlertest.NewManualClock(start)
 	policy := mustPolicy(t, "migrate", m.limits)
 	opts := []throttler.Option{throttler.WithClock(clock), throttler.WithCallTimeout(callTimeout)}
 	ref := testkit.Throttler(t, memorybackend.New(), opts...)
@@ -284,7 +285,7 @@ func TestKeyLayoutUpgradeIsFaithful(t *testing.T) {
 // the process starts, and never after it: a process that has run for a
 // window adds no round trip.
 func TestUpgradeStopsLookingAfterTheHorizon(t *testing.T) {
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "10/min, 100/h sliding")
 	rb, err := UpgradeKeys(memorybackend.New())
 	require.NoError(t, err)
@@ -312,7 +313,7 @@ func TestUpgradeStopsLookingAfterTheHorizon(t *testing.T) {
 // grant up to twice Max. Once both hold the same split, the next move seeds
 // the serving store and every later window grants at most Max.
 func TestTwoProcessesDisagreeingOnTheSplit(t *testing.T) {
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "10/min")
 	oldB, newB := memorybackend.New(), memorybackend.New()
 	src1, src2 := mustStatic(t, 40), mustStatic(t, 40)
@@ -380,11 +381,220 @@ func TestTwoProcessesDisagreeingOnTheSplit(t *testing.T) {
 	t.Logf("most allowed in one window while the processes disagreed: %d (Max 10)", most)
 }
 
+// TestDisagreementOnTheSplitAndResetAt measures what a disagreement on
+// the split does to the ResetAt clients see (docs/SPEC.md, Rollout 7). Two
+// processes serve ten identifiers that a change from 40 to 50 % moves,
+// taking turns every 100 ms (process 1 on the even tenths of a second,
+// process 2 on the odd ones). Process 1 takes the change at t0+59s,
+// process 2 at t0+61s: the disagreement spans the rollover of the minute
+// windows opened at t0. A change is a response whose ResetAt differs from
+// the one the identifier's previous response showed while that one still
+// lay ahead.
+//
+//   - split mode, anchored windows: at t0+60s each store opens its own
+//     next window, the new one at t0+60.0s (ending t0+120.0s), the old
+//     one at t0+60.1s (ending t0+120.1s), so the reset alternates between
+//     the two, 100 ms apart, on every request until process 2 takes the
+//     change; process 2's first seed then keeps the new store's window
+//     (driver.Merge keeps the open window the serving store holds), and
+//     nothing moves after t0+61s;
+//   - split mode, aligned windows: both stores open the same window, 0
+//     changes;
+//   - mirror mode: the serving store's window is written to the other one
+//     before the next request, so both hold the same window: 0 changes,
+//     and at most Max granted in any window.
+func TestDisagreementOnTheSplitAndResetAt(t *testing.T) {
+	var disputed []string
+	for _, id := range ids(2000) {
+		if b := Bucket(DefaultStaticGroupID, id); b > 40 && b <= 50 {
+			disputed = append(disputed, id)
+			if len(disputed) == 10 {
+				break
+			}
+		}
+	}
+	require.Len(t, disputed, 10)
+	const step = 100 * time.Millisecond
+	for _, c := range []struct {
+		mode  Mode
+		limit string
+		// changes per identifier, all between t0+60s and t0+61s
+		changes int
+	}{
+		{SplitMode, "10/min", 10},
+		{SplitMode, "10/min aligned", 0},
+		{MirrorMode, "10/min", 0},
+		{MirrorMode, "10/min aligned", 0},
+	} {
+		t.Run(c.mode.String()+"/"+c.limit, func(t *testing.T) {
+			clock := throttlertest.NewManualClock(t0)
+			policy := mustPolicy(t, "api", c.limit)
+			oldB, newB := memorybackend.New(), memorybackend.New()
+			src1, src2 := mustStatic(t, 40), mustStatic(t, 40)
+			procs := []*throttler.Throttler{
+				testkit.Throttler(t, mustRollout(t, oldB, newB, src1, WithMode(c.mode)), throttler.WithClock(clock)),
+				testkit.Throttler(t, mustRollout(t, oldB, newB, src2, WithMode(c.mode)), throttler.WithClock(clock)),
+			}
+			shown := map[string]time.Time{}
+			changes := map[string]int{}
+			var largest time.Duration
+			// allowed counts the units granted per identifier and window,
+			// a window named by the reset its responses show.
+			allowed := map[string]map[time.Time]int64{}
+			mostAllowed := int64(0)
+			for k := 0; k < int(130*time.Second/step); k++ {
+				at := time.Duration(k) * step
+				switch at {
+				case 59 * time.Second:
+					require.NoError(t, src1.Set(50))
+				case 61 * time.Second:
+					require.NoError(t, src2.Set(50))
+				}
+				clock.Set(t0.Add(at))
+				for _, id := range disputed {
+					r, err := procs[k%2].Allow(context.Background(), policy, id)
+					require.NoError(t, err)
+					require.False(t, r.Degraded)
+					if prev, ok := shown[id]; ok && prev.After(clock.Now()) && !r.ResetAt.Equal(prev) {
+						changes[id]++
+						largest = max(largest, r.ResetAt.Sub(prev).Abs())
+						assert.True(t, at >= 60*time.Second && at <= 61*time.Second,
+							"%s: ResetAt moved from t0+%v to t0+%v at t0+%v, outside the disagreement's rollover",
+							id, prev.Sub(t0), r.ResetAt.Sub(t0), at)
+					}
+					shown[id] = r.ResetAt
+					if r.Allowed {
+						if allowed[id] == nil {
+							allowed[id] = map[time.Time]int64{}
+						}
+						allowed[id][r.ResetAt]++
+						mostAllowed = max(mostAllowed, allowed[id][r.ResetAt])
+					}
+				}
+			}
+			for _, id := range disputed {
+				assert.Equal(t, c.changes, changes[id], "%s: ResetAt changes", id)
+			}
+			assert.LessOrEqual(t, largest, step, "a change moves the reset by the gap between the two openings at most")
+			if c.mode == MirrorMode {
+				assert.LessOrEqual(t, mostAllowed, int64(10), "mirror mode grants at most Max per window")
+			}
+			t.Logf("%s, %s: ResetAt changes per identifier %v, largest move %v; most granted in one window %d (Max 10)",
+				c.mode, c.limit, changes, largest, mostAllowed)
+		})
+	}
+}
+
+// beforeSeed is a memory backend that runs hook, once, before the next
+// Seed it is sent: a way to land another process's decision between a
+// decision and its mirrored write.
+type beforeSeed struct {
+	*memorybackend.Backend
+	hook func()
+}
+
+func (b *beforeSeed) Seed(ctx context.Context, req driver.Request, given []driver.State) (driver.Outcome, error) {
+	if h := b.hook; h != nil {
+		b.hook = nil
+		h()
+	}
+	return b.Backend.Seed(ctx, req, given)
+}
+
+// TestMirrorRaceWhileProcessesDisagree measures the one case in which
+// mirror mode still shows two resets (docs/SPEC.md, Rollouts 5 and 7).
+// Two processes disagree on one identifier's side (50 % and 40 %) and take
+// turns every 100 ms. At t0+180s the first request after a rollover opens
+// a window on the new store (ending t0+240.000s), and before its mirrored
+// write lands the other process opens one on the old store 1 ms later
+// (ending t0+240.001s). Each mirrored write then meets an open window of
+// another End and keeps it, so each store keeps its own window; at each
+// later rollover the write of the window just opened still meets the
+// other's window open, so the two stay apart, and the clients see the
+// reset of whichever store serves each request, until process 2 takes the
+// 50 % at t0+300s. Every decision in between counts in MirrorDiverged;
+// none does one window after the agreement, and the reset no longer moves.
+func TestMirrorRaceWhileProcessesDisagree(t *testing.T) {
+	var id string
+	for _, candidate := range ids(2000) {
+		if b := Bucket(DefaultStaticGroupID, candidate); b > 40 && b <= 50 {
+			id = candidate
+			break
+		}
+	}
+	require.NotEmpty(t, id)
+	clock := throttlertest.NewManualClock(t0)
+	policy := mustPolicy(t, "api", "10/min")
+	oldB, newB := &beforeSeed{Backend: memorybackend.New()}, memorybackend.New()
+	src1, src2 := mustStatic(t, 50), mustStatic(t, 40)
+	rb1, rb2 := mustRollout(t, oldB, newB, src1, WithMode(MirrorMode)), mustRollout(t, oldB, newB, src2, WithMode(MirrorMode))
+	p1 := testkit.Throttler(t, rb1, throttler.WithClock(clock))
+	p2 := testkit.Throttler(t, rb2, throttler.WithClock(clock))
+	ctx := context.Background()
+
+	var shown time.Time
+	changes := map[string]int{} // "before", "race", "after": when the reset moved
+	diverged := func() uint64 { return rb1.Stats().MirrorDiverged + rb2.Stats().MirrorDiverged }
+	var divergedAtRace, divergedAtAgreement uint64
+	call := func(th *throttler.Throttler, at time.Duration) {
+		r, err := th.Allow(ctx, policy, id)
+		require.NoError(t, err)
+		require.False(t, r.Degraded)
+		if shown.After(t0.Add(at)) && !r.ResetAt.Equal(shown) {
+			switch {
+			case at < 180*time.Second:
+				changes["before"]++
+			case at <= 300*time.Second:
+				changes["race"]++
+			default:
+				changes["after"]++
+			}
+		}
+		shown = r.ResetAt
+	}
+	const step = 100 * time.Millisecond
+	for k := 0; k < int(420*time.Second/step); k++ {
+		at := time.Duration(k) * step
+		clock.Set(t0.Add(at))
+		switch at {
+		case 180 * time.Second:
+			divergedAtRace = diverged()
+			oldB.hook = func() {
+				clock.Set(t0.Add(at + time.Millisecond))
+				call(p2, at+time.Millisecond)
+			}
+		case 300 * time.Second:
+			require.NoError(t, src2.Set(50))
+			divergedAtAgreement = diverged()
+		case 301 * time.Second:
+			// Two more writes were apart: the new store's first window
+			// after the agreement met the old store's window still open,
+			// then the old store's window had closed and it took the new
+			// one. None after.
+			assert.Equal(t, divergedAtAgreement+2, diverged())
+			divergedAtAgreement = diverged()
+		}
+		call([]*throttler.Throttler{p1, p2}[k%2], at)
+	}
+	divergedDuringRace := divergedAtAgreement - divergedAtRace
+	t.Logf("ResetAt changes %v; MirrorDiverged %d before the race, %d from it to 0.1 s after the agreement, %d in all",
+		changes, divergedAtRace, divergedDuringRace, diverged())
+	assert.Equal(t, divergedAtAgreement, diverged(), "no store apart after the agreement")
+	assert.Zero(t, changes["before"], "no two resets before the race")
+	assert.Greater(t, changes["race"], 1000, "the two stores keep their own windows while the processes disagree")
+	assert.Zero(t, changes["after"], "the reset stays once they agree")
+	assert.Greater(t, divergedDuringRace, uint64(1000), "every decision while the stores are apart is counted")
+	for _, v := range []view{newView(oldB, clock, policy), newView(newB, clock, policy)} {
+		r := v.peek(t, id)
+		assert.True(t, r.ResetAt.Equal(shown), "both stores hold the window clients see: ResetAt t0+%v, want t0+%v", r.ResetAt.Sub(t0), shown.Sub(t0))
+	}
+}
+
 // TestSeedMemoryIsBounded: a process that meets many identifiers remembers
 // at most WithSeedMemory of them; one it forgot is only looked up again,
 // and its window is kept all the same.
 func TestSeedMemoryIsBounded(t *testing.T) {
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "3/min")
 	oldB, newB := memorybackend.New(), memorybackend.New()
 	src := mustStatic(t, 0)

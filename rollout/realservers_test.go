@@ -18,6 +18,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // TestMirrorMemcachedToRedis migrates from memcached (old) to Redis (new) on
@@ -44,7 +45,7 @@ func TestMirrorMemcachedToRedis(t *testing.T) {
 	src := mustStatic(t, 50)
 	rb := mustRollout(t, oldB, newB, src, WithMode(MirrorMode))
 	// Windows of a minute and more: TTLs on the servers run on real time.
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	ctx := context.Background()
 	// A generous per-call timeout: a slow -race run must never turn into a
 	// degraded (fail-open) result.

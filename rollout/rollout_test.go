@@ -14,6 +14,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // sideIDs returns n identifiers that split sends to side.
@@ -118,7 +119,7 @@ func TestStaticSplitIsStickyAndMonotone(t *testing.T) {
 // a moved identifier starts afresh, which is what mirror mode prevents.
 func TestSplitModeRoutes(t *testing.T) {
 	src := mustStatic(t, 50)
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "10/min")
 	oldB, newB := memorybackend.New(), memorybackend.New()
 	th := testkit.Throttler(t, mustRollout(t, oldB, newB, src), throttler.WithClock(clock))
@@ -164,7 +165,7 @@ func TestMirrorMovedIdentifierKeepsWindow(t *testing.T) {
 	for _, lim := range []string{"10/min", "10/min aligned", "10/min gcra"} {
 		t.Run(lim, func(t *testing.T) {
 			src := mustStatic(t, 0)
-			clock := throttler.NewManualClock(t0.Add(17 * time.Second))
+			clock := throttlertest.NewManualClock(t0.Add(17 * time.Second))
 			policy := mustPolicy(t, "api", lim+", 100/h")
 			oldB, newB := memorybackend.New(), memorybackend.New()
 			rb := mustRollout(t, oldB, newB, src, WithMode(MirrorMode))
@@ -209,11 +210,62 @@ func TestMirrorMovedIdentifierKeepsWindow(t *testing.T) {
 	}
 }
 
+// TestMirrorSecondaryKeepsItsOpenWindow: a secondary that already holds
+// its own open fixed window, with another End than the primary's, keeps
+// that End until it closes (driver.Merge never moves an open window's
+// End) and takes the larger count at each write; every decision mirrored
+// into it counts in MirrorDiverged, even when the merge changes nothing.
+// From the window after, both stores hold the same and the count stops.
+// Timeline (10/min, seeding off so that the primary keeps its own count):
+//
+//	t0       secondary: 9 units, End t0+60s
+//	t0+10s   primary:   3 units, End t0+70s
+//	t0+20s   +1: primary 4 (t0+70s); secondary stays 9 (t0+60s)   diverged 1
+//	t0+30s   +1: primary 5 (t0+70s); secondary stays 9 (t0+60s)   diverged 2
+//	t0+61s   +1: primary 6 (t0+70s); secondary closed, takes it   diverged 3
+//	t0+62s   +1: primary 7 (t0+70s); secondary 7 (t0+70s)         diverged 3
+func TestMirrorSecondaryKeepsItsOpenWindow(t *testing.T) {
+	src := mustStatic(t, 0)
+	clock := throttlertest.NewManualClock(t0)
+	policy := mustPolicy(t, "api", "10/min")
+	oldB, newB := memorybackend.New(), memorybackend.New()
+	oldV, newV := newView(oldB, clock, policy), newView(newB, clock, policy)
+	newV.allowN(t, "u", 9)
+	clock.Set(t0.Add(10 * time.Second))
+	oldV.allowN(t, "u", 3)
+	rb := mustRollout(t, oldB, newB, src, WithMode(MirrorMode), WithSeeding(false))
+	th := testkit.Throttler(t, rb, throttler.WithClock(clock))
+	for _, c := range []struct {
+		at                      time.Duration
+		used, secondaryUsed     int64
+		secondaryEnd            time.Duration
+		mirrorDiverged, mirrors uint64
+	}{
+		{20 * time.Second, 4, 9, time.Minute, 1, 1},
+		{30 * time.Second, 5, 9, time.Minute, 2, 2},
+		{61 * time.Second, 6, 6, 70 * time.Second, 3, 3},
+		{62 * time.Second, 7, 7, 70 * time.Second, 3, 4},
+	} {
+		clock.Set(t0.Add(c.at))
+		r, err := th.Allow(context.Background(), policy, "u")
+		require.NoError(t, err)
+		require.True(t, r.Allowed)
+		assert.EqualValues(t, c.used, r.Used, "at t0+%v", c.at)
+		assert.True(t, r.ResetAt.Equal(t0.Add(70*time.Second)), "at t0+%v: ResetAt t0+%v, want the primary's t0+70s", c.at, r.ResetAt.Sub(t0))
+		sec := newV.peek(t, "u")
+		assert.EqualValues(t, c.secondaryUsed, sec.Used, "at t0+%v: secondary Used", c.at)
+		assert.True(t, sec.ResetAt.Equal(t0.Add(c.secondaryEnd)), "at t0+%v: secondary ResetAt t0+%v, want t0+%v", c.at, sec.ResetAt.Sub(t0), c.secondaryEnd)
+		st := rb.Stats()
+		assert.Equal(t, c.mirrors, st.Mirrored, "at t0+%v", c.at)
+		assert.Equal(t, c.mirrorDiverged, st.MirrorDiverged, "at t0+%v", c.at)
+	}
+}
+
 // TestMirrorDenialConsumesNothing: when the serving backend denies, neither
 // backend changes.
 func TestMirrorDenialConsumesNothing(t *testing.T) {
 	src := mustStatic(t, 0)
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "3/min")
 	oldB, newB := memorybackend.New(), memorybackend.New()
 	th := testkit.Throttler(t, mustRollout(t, oldB, newB, src, WithMode(MirrorMode)), throttler.WithClock(clock))
@@ -237,7 +289,7 @@ func TestMirrorDenialConsumesNothing(t *testing.T) {
 // before mirroring) it takes what room it has and the rest is counted.
 func TestMirrorShortfall(t *testing.T) {
 	src := mustStatic(t, 0)
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "10/min")
 	oldB, newB := memorybackend.New(), memorybackend.New()
 	newView(newB, clock, policy).allowN(t, "u", 8)
@@ -269,7 +321,7 @@ func TestMirrorShortfall(t *testing.T) {
 func TestSecondaryErrorsNeverChangeTheDecision(t *testing.T) {
 	for _, mode := range []Mode{MirrorMode, ShadowMode} {
 		t.Run(mode.String(), func(t *testing.T) {
-			clock := throttler.NewManualClock(t0)
+			clock := throttlertest.NewManualClock(t0)
 			policy := mustPolicy(t, "api", "3/min")
 			primary, broken := memorybackend.New(), &brokenBackend{}
 			var mu sync.Mutex
@@ -311,7 +363,7 @@ func TestSecondaryErrorsNeverChangeTheDecision(t *testing.T) {
 // different histories and checks each kind of disagreement is counted, in
 // both directions of the verdict, and reported to the handler.
 func TestShadowCountsMismatchesByKind(t *testing.T) {
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "5/min")
 	primary, shadow := memorybackend.New(), memorybackend.New()
 	pv, sv := newView(primary, clock, policy), newView(shadow, clock, policy)
@@ -371,7 +423,7 @@ func TestShadowCountsMismatchesByKind(t *testing.T) {
 // TestShadowPrimaryIsTheServingSide: at 100% the new backend decides and
 // the old one shadows.
 func TestShadowPrimaryIsTheServingSide(t *testing.T) {
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "1/min")
 	oldB, newB := memorybackend.New(), memorybackend.New()
 	newView(oldB, clock, policy).allowN(t, "u", 1)
@@ -390,7 +442,7 @@ func TestShadowPrimaryIsTheServingSide(t *testing.T) {
 // TestOptionalInterfaces checks the forwarding of Peek, Refund, Reset and
 // Ping, and their fallbacks.
 func TestOptionalInterfaces(t *testing.T) {
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "10/min")
 	ctx := context.Background()
 
@@ -491,7 +543,7 @@ func TestConcurrentSetAndDecide(t *testing.T) {
 	src := mustStatic(t, 0)
 	policy := mustPolicy(t, "api", "1000000/h")
 	th := testkit.Throttler(t, mustRollout(t, memorybackend.New(), memorybackend.New(), src, WithMode(MirrorMode)),
-		throttler.WithClock(throttler.NewManualClock(t0)))
+		throttler.WithClock(throttlertest.NewManualClock(t0)))
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	stop := make(chan struct{})

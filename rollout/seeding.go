@@ -403,7 +403,10 @@ func (b *Backend) carry(ctx context.Context, side Side, req driver.Request, prim
 // already held everything the primary's states carry (the merge would change
 // nothing) is not apart: that is what two writes for one identifier find
 // when they land in the other order than their decisions, the later
-// decision's first.
+// decision's first. A secondary holding a fixed window open at now with
+// another End than the primary's is apart even when the merge changes
+// nothing: it keeps that End (driver.Merge never moves an open window's
+// End), so its clients would be shown another ResetAt until it closes.
 func diverged(req driver.Request, prior, primary []driver.State, decided int64) bool {
 	p := req.Policy
 	if len(prior) != len(p.Limits) {
@@ -411,7 +414,7 @@ func diverged(req driver.Request, prior, primary []driver.State, decided int64) 
 	}
 	var buf [4]driver.State // policies of up to 4 limits replay on the stack
 	replay := append(buf[:0], prior...)
-	if !driver.Merge(p, req.Now, replay, primary) {
+	if !driver.Merge(p, req.Now, replay, primary) && !otherOpenEnd(p, req.Now, prior, primary) {
 		return false
 	}
 	replay = append(replay[:0], prior...)
@@ -421,6 +424,25 @@ func diverged(req driver.Request, prior, primary []driver.State, decided int64) 
 	for i := range p.Limits {
 		l := &p.Limits[i]
 		if driver.InForce(l, replay[i], req.Now) != driver.InForce(l, primary[i], req.Now) {
+			return true
+		}
+	}
+	return false
+}
+
+// otherOpenEnd reports whether some fixed window is open at now in both
+// held and given with two different Ends.
+func otherOpenEnd(p *driver.Policy, now time.Time, held, given []driver.State) bool {
+	if len(held) != len(p.Limits) || len(given) != len(p.Limits) {
+		return false
+	}
+	for i := range p.Limits {
+		l := &p.Limits[i]
+		if l.Algorithm != driver.FixedWindow && l.Algorithm != driver.AlignedWindow {
+			continue
+		}
+		h, g := driver.InForce(l, held[i], now), driver.InForce(l, given[i], now)
+		if h != (driver.State{}) && g != (driver.State{}) && h.End != g.End {
 			return true
 		}
 	}

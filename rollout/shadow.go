@@ -86,9 +86,12 @@ type Stats struct {
 	RemainingDiffers, ResetDiffers uint64
 	// MirrorDiverged counts MirrorMode decisions whose secondary held a
 	// state apart from the primary's before the write: had it decided the
-	// same request itself, some limit would have counted differently. It
-	// falls to 0 once the stores have converged; mirroring begun in the
-	// middle of open windows raises it once per identifier.
+	// same request itself, some limit would have counted differently, or
+	// it held a fixed window open with another end, which the write does
+	// not move. It falls to 0 once the stores have converged; mirroring
+	// begun in the middle of open windows raises it once per identifier,
+	// and once per decision while the secondary's window of another end
+	// stays open.
 	MirrorDiverged uint64
 	// SeedChecks counts SplitMode decisions (and takes) that looked for an
 	// identifier's state on the other backend, because it may have moved

@@ -15,6 +15,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // failingLeaser fails every call, leases included; down switches the
@@ -56,7 +57,7 @@ func TestConcurrencyLimitAccessors(t *testing.T) {
 	assert.Zero(t, zero.Max())
 	assert.Zero(t, (&throttler.ConcurrencyLimit{}).LeaseTTL())
 
-	_, err := throttler.NewConcurrencyLimit("c", 1, time.Second, throttler.WithClock(throttler.NewManualClock(t0)))
+	_, err := throttler.NewConcurrencyLimit("c", 1, time.Second, throttler.WithClock(throttlertest.NewManualClock(t0)))
 	assert.ErrorIs(t, err, throttler.ErrInvalidOption, "a throttler's option given to a limit")
 	_, err = throttler.NewConcurrencyLimit("c", 1, time.Second, nil)
 	assert.ErrorIs(t, err, throttler.ErrInvalidOption)
@@ -65,7 +66,7 @@ func TestConcurrencyLimitAccessors(t *testing.T) {
 // The lease lifecycle over the memory backend, with what observers see.
 func TestLeaseLifecycle(t *testing.T) {
 	ctx := context.Background()
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	rec := &recorder{}
 	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(clock), throttler.WithObserver(rec))
 	l := concurrency(t, 1)
@@ -131,7 +132,7 @@ func TestLeaseFailureModes(t *testing.T) {
 	} {
 		t.Run(c.mode.String(), func(t *testing.T) {
 			rec := &recorder{}
-			th := testkit.Throttler(t, backend, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithObserver(rec), throttler.WithLogger(nil))
+			th := testkit.Throttler(t, backend, throttler.WithClock(throttlertest.NewManualClock(t0)), throttler.WithObserver(rec), throttler.WithLogger(nil))
 			lease, err := th.Acquire(ctx, concurrency(t, 3, throttler.WithFailureMode(c.mode)), "u")
 			require.NoError(t, err, "a backend failure is not an error")
 			assert.True(t, lease.Degraded)
@@ -151,7 +152,7 @@ func TestLeaseFailureModes(t *testing.T) {
 	}
 
 	// Once the store answers again, a degraded lease's release reaches it.
-	th := testkit.Throttler(t, backend, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithLogger(nil))
+	th := testkit.Throttler(t, backend, throttler.WithClock(throttlertest.NewManualClock(t0)), throttler.WithLogger(nil))
 	lease, err := th.Acquire(ctx, concurrency(t, 3), "u")
 	require.NoError(t, err)
 	require.True(t, lease.Degraded)
@@ -166,7 +167,7 @@ func TestLeaseLocalFallback(t *testing.T) {
 	down := &atomic.Bool{}
 	down.Store(true)
 	th := testkit.Throttler(t, failingLeaser{mem: memorybackend.New(), down: down},
-		throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithLogger(nil),
+		throttler.WithClock(throttlertest.NewManualClock(t0)), throttler.WithLogger(nil),
 		throttler.WithLocalFallback(memorybackend.New(), 4))
 	l := concurrency(t, 10) // a share of 3 per process
 	var leases []*throttler.Lease
@@ -199,7 +200,7 @@ func TestLeaseInputAndUnsupported(t *testing.T) {
 	_, err = zero.Acquire(ctx, l, "u")
 	assert.ErrorIs(t, err, throttler.ErrNotInitialized)
 
-	th = testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttler.NewManualClock(time.Unix(-1, 0))))
+	th = testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttlertest.NewManualClock(time.Unix(-1, 0))))
 	_, err = th.Acquire(ctx, l, "u")
 	assert.ErrorIs(t, err, throttler.ErrClockOutOfRange)
 	_, err = th.Acquire(ctx, l, strings.Repeat("x", 1025))
@@ -217,7 +218,7 @@ func TestLeaseInputAndUnsupported(t *testing.T) {
 // is owed.
 func TestLeaseReleaseOutlivesTheCaller(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttler.NewManualClock(t0)))
+	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttlertest.NewManualClock(t0)))
 	l := concurrency(t, 1)
 	lease, err := th.Acquire(ctx, l, "u")
 	require.NoError(t, err)

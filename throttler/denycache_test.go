@@ -14,6 +14,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // counting counts the Decide calls that reach the memory backend.
@@ -29,7 +30,7 @@ func (c *counting) Decide(ctx context.Context, r driver.Request) (driver.Outcome
 
 func TestDenyCacheAnswersWithoutTheBackend(t *testing.T) {
 	ctx := context.Background()
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	b := &counting{Backend: memorybackend.New()}
 	th := testkit.Throttler(t, b, throttler.WithClock(clock), throttler.WithDenyCache(100, time.Hour))
 	p := policy(t, "2/min")
@@ -71,7 +72,7 @@ func TestDenyCacheAnswersWithoutTheBackend(t *testing.T) {
 
 func TestDenyCacheStalenessBoundAndRefund(t *testing.T) {
 	ctx := context.Background()
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	b := &counting{Backend: memorybackend.New()}
 	th := testkit.Throttler(t, b, throttler.WithClock(clock), throttler.WithDenyCache(100, 5*time.Second))
 	p := policy(t, "1/h")
@@ -102,7 +103,7 @@ func TestDenyCacheStalenessBoundAndRefund(t *testing.T) {
 
 func TestDenyCacheIsBounded(t *testing.T) {
 	ctx := context.Background()
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	b := &counting{Backend: memorybackend.New()}
 	th := testkit.Throttler(t, b, throttler.WithClock(clock), throttler.WithDenyCache(32, time.Hour))
 	p := policy(t, "1/h")

@@ -39,6 +39,6 @@ var (
 	// errors of Refund, Reset and Ping.
 	ErrBackend = errors.New("throttlekit: backend failure")
 	// ErrClockOutOfRange reports a clock reading before the Unix epoch or
-	// after 2200-01-01; the zero time (an unset ManualClock) is one.
+	// after 2200-01-01; the zero time (an unset clock) is one.
 	ErrClockOutOfRange = errors.New("throttlekit: clock reading out of range")
 )

@@ -9,6 +9,7 @@ import (
 	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 func ExampleParsePolicy() {
@@ -31,7 +32,7 @@ func ExampleParsePolicy() {
 
 func ExampleThrottler_AllowN() {
 	ctx := context.Background()
-	clock := throttler.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
+	clock := throttlertest.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
 	th, _ := throttler.New(memorybackend.New(), throttler.WithClock(clock))
 	p, _ := throttler.ParsePolicy("upload", "10/min")
 
@@ -55,7 +56,7 @@ func ExampleThrottler_AllowN() {
 
 func ExampleThrottler_Refund() {
 	ctx := context.Background()
-	clock := throttler.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
+	clock := throttlertest.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
 	th, _ := throttler.New(memorybackend.New(), throttler.WithClock(clock))
 	p, _ := throttler.ParsePolicy("api", "5000/h")
 
@@ -72,7 +73,7 @@ func ExampleThrottler_Refund() {
 
 func ExampleLimit_gcra() {
 	ctx := context.Background()
-	clock := throttler.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
+	clock := throttlertest.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
 	th, _ := throttler.New(memorybackend.New(), throttler.WithClock(clock))
 	// A smooth 1 per second with bursts of up to 3.
 	p, _ := throttler.NewPolicy("gcra", []throttler.Limit{{Max: 1, Window: time.Second, Algorithm: throttler.GCRA, Burst: 3}})
@@ -118,7 +119,7 @@ func (f backendFunc) Decide(ctx context.Context, r driver.Request) (driver.Outco
 
 func ExampleThrottler_Acquire() {
 	ctx := context.Background()
-	clock := throttler.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
+	clock := throttlertest.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
 	th, _ := throttler.New(memorybackend.New(), throttler.WithClock(clock))
 	uploads, _ := throttler.NewConcurrencyLimit("uploads", 2, time.Minute)
 

@@ -12,6 +12,7 @@ import (
 	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // TestLocalFallbackKeepsAbusersLimited: while the store is down, FailLocal
@@ -20,7 +21,7 @@ import (
 // every other identifier still passes.
 func TestLocalFallbackKeepsAbusersLimited(t *testing.T) {
 	ctx := context.Background()
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	th := testkit.Throttler(t, failing{}, throttler.WithClock(clock), throttler.WithLogger(nil),
 		throttler.WithLocalFallback(memorybackend.New(), 4))
 	p := policy(t, "100/min, 1000/h")
@@ -64,7 +65,7 @@ func TestFailLocalWithoutAStoreIsRefused(t *testing.T) {
 	assert.EqualError(t, err, "throttlekit: invalid option: New: WithFailureMode(FailLocal) needs WithLocalFallback on the throttler"+
 		" (the in-process store FailLocal decides with); without it every request would be denied during an outage")
 
-	th = testkit.Throttler(t, failing{}, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithLogger(nil))
+	th = testkit.Throttler(t, failing{}, throttler.WithClock(throttlertest.NewManualClock(t0)), throttler.WithLogger(nil))
 	p := policy(t, "10/min", throttler.WithFailureMode(throttler.FailLocal))
 	_, err = th.Allow(ctx, p, "u")
 	require.ErrorIs(t, err, throttler.ErrInvalidOption)
@@ -85,7 +86,7 @@ func TestFailLocalWithoutAStoreIsRefused(t *testing.T) {
 // policy may still choose FailLocal.
 func TestLocalFallbackOptions(t *testing.T) {
 	ctx := context.Background()
-	th := testkit.Throttler(t, failing{}, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithLogger(nil),
+	th := testkit.Throttler(t, failing{}, throttler.WithClock(throttlertest.NewManualClock(t0)), throttler.WithLogger(nil),
 		throttler.WithFailureMode(throttler.FailOpen), throttler.WithLocalFallback(memorybackend.New(), 2))
 	r, err := th.Allow(ctx, policy(t, "1/min"), "u")
 	require.NoError(t, err)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/throttlekit/throttlekit/internal/quoted"
 	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
@@ -78,9 +79,63 @@ func (l Limit) Using(a Algorithm) Limit { l.Algorithm = a; return l }
 // WithBurst returns a copy of l as a GCRA limit with burst capacity b.
 func (l Limit) WithBurst(b int64) Limit { l.Algorithm = GCRA; l.Burst = b; return l }
 
-// String returns the limit in the notation ParseLimit reads, such as
-// "10/s", "100/2h", "50/min aligned" or "10/s gcra burst=20".
-func (l Limit) String() string { return driver.Notation(l.Algorithm, l.Max, l.Window, l.Burst) }
+// String returns the limit in the notation ParseLimit reads back to an
+// equal Limit, such as "10/s", "100/2h", "50/min aligned", "10/s gcra
+// burst=20" or, for a named limit, "10/s name=per-sec" (the name comes
+// last). A Name that is a limit notation names nothing and is left out.
+func (l Limit) String() string {
+	n := driver.Notation(l.Algorithm, l.Max, l.Window, l.Burst)
+	if l.Name == "" || isNotation(l.Name) {
+		return n
+	}
+	return n + " name=" + quoteIfNeeded(l.Name, plainLimitName)
+}
+
+// plainLimitName reports whether a limit name reads back unquoted: no
+// space, comma or double quote, and nothing unprintable.
+func plainLimitName(name string) bool {
+	return !strings.ContainsAny(name, " ,\"") && printable(name)
+}
+
+// printable reports whether s holds only printable runes, none of them a
+// white space other than the ASCII space.
+func printable(s string) bool {
+	for _, r := range s {
+		if !strconv.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// quoteIfNeeded returns name as it is when plain accepts it, else as a
+// double-quoted Go string ("a b" becomes "\"a b\"").
+func quoteIfNeeded(name string, plain func(string) bool) string {
+	if plain(name) {
+		return name
+	}
+	return strconv.Quote(name)
+}
+
+// splitOutside splits s at every byte sep accepts that stands outside a
+// double-quoted string; an unterminated quote runs to the end of s, where
+// the name it opens is refused.
+func splitOutside(s string, sep func(byte) bool) []string {
+	parts, _ := quoted.Split(s, sep)
+	return parts
+}
+
+// notationFields splits a limit's notation into its fields: at white space
+// outside quotes, without empty fields.
+func notationFields(s string) []string {
+	var fields []string
+	for _, f := range splitOutside(s, func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }) {
+		if f != "" {
+			fields = append(fields, f)
+		}
+	}
+	return fields
+}
 
 // compile validates l and returns the backend's view of it: unnamed when
 // its Name is empty or a limit notation (see Limit.Name).
@@ -131,8 +186,10 @@ var unitAliases = map[string]time.Duration{
 // Without name=, the limit is unnamed: shown by its notation, stored under
 // its window and algorithm only, so that raising Max keeps the open window
 // (see Limit.Name). A NAME is kept as written (case included); it must not
-// be empty, nor hold a comma or a space, nor be a limit notation itself
-// ("name=10/s" would name nothing). Name limits to keep apart two of one
+// be empty, nor be a limit notation itself ("name=10/s" would name
+// nothing). A name that holds a space, a comma, a double quote or an
+// unprintable character is written as a double-quoted Go string:
+// name="per user, per second". String writes it so. Name limits to keep apart two of one
 // window and algorithm in one policy: without names, ParsePolicy rejects
 // the pair, whose states would share one key.
 func ParseLimit(s string) (Limit, error) {
@@ -155,9 +212,16 @@ func parseLimit(s string) (Limit, error) {
 	fail := func(why string) (Limit, error) {
 		return Limit{}, driver.Errorf("%w: %q: %s", ErrInvalidLimit, s, why)
 	}
-	fields := strings.Fields(s)
+	fields := notationFields(s)
 	if len(fields) == 0 {
 		return fail("empty")
+	}
+	if key, value, ok := strings.Cut(fields[0], "="); ok && (key == "" || isNotation(key)) {
+		return fail(`want MAX/WINDOW first, such as "10/s", then options such as name=NAME`)
+	} else if ok {
+		// "burst=5/min" is a name written before the limit, as some
+		// configurations do; say how this notation names it.
+		return fail(fmt.Sprintf(`a limit starts with MAX/WINDOW; to name this one %q, write "%s name=%s"`, key, value, key))
 	}
 	maxText, windowText, ok := strings.Cut(fields[0], "/")
 	if !ok {
@@ -165,7 +229,7 @@ func parseLimit(s string) (Limit, error) {
 	}
 	max, err := strconv.ParseInt(maxText, 10, 64)
 	if err != nil || max < 1 {
-		return fail("max must be a positive whole number")
+		return fail(fmt.Sprintf("max %q must be a positive whole number", maxText))
 	}
 	window, err := parseWindow(windowText)
 	if err != nil {
@@ -193,7 +257,7 @@ func parseLimit(s string) (Limit, error) {
 			burst = true
 			b, err := strconv.ParseInt(value, 10, 64)
 			if err != nil || b < 1 {
-				return fail("burst must be a positive whole number")
+				return fail(fmt.Sprintf("burst %q must be a positive whole number", value))
 			}
 			l.Burst = b
 		case key == "name" && hasValue:
@@ -201,11 +265,17 @@ func parseLimit(s string) (Limit, error) {
 				return fail(`option "name" given twice`)
 			}
 			named = true
-			switch {
-			case value == "":
+			if strings.HasPrefix(value, `"`) {
+				unquoted, err := strconv.Unquote(value)
+				if err != nil {
+					return fail(fmt.Sprintf("name %s is not a whole double-quoted string", value))
+				}
+				value = unquoted
+			} else if strings.ContainsAny(value, `",`) {
+				return fail(fmt.Sprintf(`name %s holds a comma or a double quote: quote the whole name, as name=%q`, value, value))
+			}
+			if value == "" {
 				return fail("name must not be empty")
-			case strings.ContainsAny(value, ", "):
-				return fail(fmt.Sprintf("name %q holds a comma or a space", value))
 			}
 			l.Name = value
 		default:

@@ -114,9 +114,9 @@ func WithObserver(o Observer) Option {
 // failure, a Warn line every 10 s with the count of failures since the
 // previous line, and an Info line once calls succeed again for a second.
 // New also hands it to the backend, and to the store of WithLocalFallback,
-// when they implement driver.LoggerSetter, so that their own lines (the
-// Redis eviction-policy warning, a breaker's state changes) go to the
-// same place.
+// when they take a logger, so that their own lines (the Redis
+// eviction-policy warning, a breaker's state changes) go to the same
+// place.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc{"WithLogger", true, func(s *settings) error {
 		s.logger, s.loggerSet = l, true

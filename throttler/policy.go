@@ -1,6 +1,8 @@
 package throttler
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -57,10 +59,32 @@ func NewPolicy(name string, limits []Limit, opts ...Option) (*Policy, error) {
 
 // ParsePolicy returns a policy from a comma-separated list of limits in
 // ParseLimit's notation, such as "10/s, 120/min, 240/h" or
-// "10/s name=burst, 1000/h".
+// "10/s name=burst, 1000/h", optionally preceded by the policy's name and
+// a colon and a space, as String prints it: "api: 10/s name=burst, 1000/h".
+// The prefix ends at the first colon followed by a space or a tab, so a
+// name may hold colons ("api:v2: 10/s"); a name that holds ": " itself, a
+// double quote or white space at either end is written as a double-quoted
+// Go string, as String writes it. Limit names may be quoted too (see
+// ParseLimit), and commas within quotes separate nothing. name may be empty when the text has a prefix; when
+// both are given they must agree. ParsePolicy(p.Name(), p.String()), or
+// ParsePolicy("", p.String()), returns a policy equal to p but for the
+// options given to NewPolicy, which the notation does not hold.
 func ParsePolicy(name, limits string, opts ...Option) (*Policy, error) {
+	inline, rest, ok, err := cutPolicyName(limits)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		if name != "" && name != inline {
+			return nil, fmt.Errorf("%w: named %q, and %q in %q", ErrInvalidPolicy, name, inline, limits)
+		}
+		name, limits = inline, rest
+	}
+	if name == "" {
+		return nil, fmt.Errorf(`%w: no name: give it as the argument or as "NAME: " before the limits`, ErrInvalidPolicy)
+	}
 	var ls []Limit
-	for _, part := range strings.Split(limits, ",") {
+	for _, part := range splitOutside(limits, func(c byte) bool { return c == ',' }) {
 		l, err := ParseLimit(part)
 		if err != nil {
 			return nil, driver.Errorf("policy %q: %w", name, err)
@@ -68,6 +92,37 @@ func ParsePolicy(name, limits string, opts ...Option) (*Policy, error) {
 		ls = append(ls, l)
 	}
 	return NewPolicy(name, ls, opts...)
+}
+
+// cutPolicyName splits "NAME: limits" at the first colon followed by a
+// space or a tab, provided no double quote comes before it (a quoted limit
+// name may hold ": "). A name that holds one of those, or white space at
+// either end, comes as a double-quoted Go string, as String writes it.
+func cutPolicyName(text string) (name, limits string, ok bool, err error) {
+	text = strings.TrimSpace(text)
+	if strings.HasPrefix(text, `"`) {
+		quoted, qerr := strconv.QuotedPrefix(text)
+		rest := strings.TrimPrefix(text, quoted)
+		if qerr != nil || !strings.HasPrefix(rest, ":") {
+			return "", "", false, fmt.Errorf("%w: %s: a quoted policy name must be whole and followed by a colon", ErrInvalidPolicy, text)
+		}
+		name, _ = strconv.Unquote(quoted)
+		return name, rest[1:], true, nil
+	}
+	for i := 0; i+1 < len(text) && text[i] != '"'; i++ {
+		if text[i] == ':' && (text[i+1] == ' ' || text[i+1] == '\t') {
+			return text[:i], text[i+2:], true, nil
+		}
+	}
+	return "", text, false, nil
+}
+
+// plainPolicyName reports whether a policy name reads back unquoted before
+// ": ": printable, trimmed, and holding no double quote and no colon
+// followed by a space or a tab.
+func plainPolicyName(name string) bool {
+	return printable(name) && name == strings.TrimSpace(name) && !strings.ContainsAny(name, `"`) &&
+		!strings.Contains(name, ": ") && !strings.Contains(name, ":\t")
 }
 
 // Name returns the policy's name; "" for a nil or zero Policy.
@@ -88,8 +143,10 @@ func (p *Policy) Limits() []Limit {
 	return append([]Limit(nil), p.limits...)
 }
 
-// String returns the policy in ParsePolicy's notation, prefixed by its name:
-// "api: 10/s, 5000/h".
+// String returns the policy in ParsePolicy's notation, prefixed by its
+// name: "api: 10/s name=per-sec, 5000/h gcra burst=20". ParsePolicy reads
+// it back to an equal policy: the same name, limits, limit names,
+// algorithms and bursts, and so the same stored keys.
 func (p *Policy) String() string {
 	if p.validate() != nil {
 		return "<nil policy>"
@@ -98,7 +155,7 @@ func (p *Policy) String() string {
 	for i, l := range p.limits {
 		parts[i] = l.String()
 	}
-	return p.compiled.Name + ": " + strings.Join(parts, ", ")
+	return quoteIfNeeded(p.compiled.Name, plainPolicyName) + ": " + strings.Join(parts, ", ")
 }
 
 // validate reports whether p is usable: non-nil and built by NewPolicy.

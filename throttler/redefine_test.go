@@ -191,19 +191,19 @@ func TestParseLimitName(t *testing.T) {
 	}
 	p := testkit.Policy(t, "api", "10/s name=burst, 1000/h")
 	assert.Equal(t, []string{"burst", "1000/h"}, []string{p.Limits()[0].Name, p.Limits()[1].Name})
-	assert.Equal(t, "api: 10/s, 1000/h", p.String())
+	assert.Equal(t, "api: 10/s name=burst, 1000/h", p.String())
 
 	for in, why := range map[string]string{
 		"10/s name=":             "name must not be empty",
 		"10/s name=a name=b":     `option "name" given twice`,
 		"10/s name=a name=a":     `option "name" given twice`,
-		"10/s name=a,b":          `name "a,b" holds a comma or a space`,
+		"10/s name=a,b":          `name a,b holds a comma`,
 		"10/s name=10/s":         `name "10/s" is a limit notation`,
 		"10/s name=5/MIN":        `name "5/MIN" is a limit notation`,
 		"10/s name":              `unknown option "name"`,
 		"10/s burst=5 name=x":    "burst applies only to gcra",
 		"10/s gcra name=x gcra":  `option "gcra" given twice`,
-		"0/s name=x":             "max must be a positive whole number",
+		"0/s name=x":             `max "0" must be a positive whole number`,
 		"10/s aligned name=x,":   "holds a comma",
 		"1/400d name=ok 1/1d":    "unknown option",
 		"10/s name=x sliding=on": "unknown option",

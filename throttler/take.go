@@ -15,8 +15,8 @@ import (
 // how long until one unit fits.
 //
 // n may exceed the policy's capacity; at most the capacity is granted. A
-// backend implementing driver.Taker (memory, Redis, the decorators over
-// them) takes in one call; on other backends (memcached) the throttler
+// backend that can (memory, Redis, the decorators over them) takes in one
+// call; on other backends (memcached) the throttler
 // peeks and decides the headroom it saw, and peeks again if a concurrent
 // request took it first. A backend failure follows the failure mode:
 // FailOpen grants min(n, capacity), FailClosed grants nothing, FailLocal

@@ -124,7 +124,8 @@ func (t *Throttler) allowN(ctx context.Context, p *Policy, id string, cost int64
 }
 
 // Peek returns the result a cost-0 request would get, without changing any
-// state. Backends that implement driver.Peeker may answer it from a replica.
+// state. A backend may answer it from a replica (Redis groups, and the
+// Redis backend with WithReadClient, do).
 func (t *Throttler) Peek(ctx context.Context, p *Policy, id string) (Result, error) {
 	if err := t.check(p, id, 0); err != nil {
 		return Result{}, err
@@ -149,7 +150,7 @@ func (t *Throttler) Peek(ctx context.Context, p *Policy, id string) (Result, err
 // to be free, such as a 304 Not Modified.
 //
 // A backend failure is returned as an error wrapping ErrBackend; a backend
-// without driver.Refunder gives errors.ErrUnsupported.
+// that cannot refund gives errors.ErrUnsupported.
 func (t *Throttler) Refund(ctx context.Context, p *Policy, id string, n int64) (Result, error) {
 	if err := t.check(p, id, n); err != nil {
 		return Result{}, err
@@ -180,8 +181,7 @@ func (t *Throttler) Refund(ctx context.Context, p *Policy, id string, n int64) (
 
 // Reset forgets the identifier's state for policy p (an administrator's
 // operation). A backend failure is returned as an error wrapping
-// ErrBackend; a backend without driver.Resetter gives
-// errors.ErrUnsupported.
+// ErrBackend; a backend that cannot reset gives errors.ErrUnsupported.
 func (t *Throttler) Reset(ctx context.Context, p *Policy, id string) error {
 	if err := t.check(p, id, 0); err != nil {
 		return err
@@ -206,8 +206,8 @@ func (t *Throttler) Reset(ctx context.Context, p *Policy, id string) error {
 }
 
 // Ping checks that the backend's store is reachable, within the call
-// timeout. A backend without driver.Pinger is taken to be reachable. The
-// error wraps ErrBackend.
+// timeout. A backend that has no way to check is taken to be reachable.
+// The error wraps ErrBackend.
 func (t *Throttler) Ping(ctx context.Context) error {
 	if t == nil || t.backend == nil {
 		return driver.Errorf("%w: zero Throttler (build it with New)", ErrNotInitialized)

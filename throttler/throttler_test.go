@@ -14,6 +14,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 var t0 = testkit.T0
@@ -56,7 +57,7 @@ func TestFailureModes(t *testing.T) {
 	for _, mode := range []throttler.FailureMode{throttler.FailOpen, throttler.FailClosed} {
 		t.Run(mode.String(), func(t *testing.T) {
 			rec := &recorder{}
-			th := testkit.Throttler(t, failing{}, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithObserver(rec))
+			th := testkit.Throttler(t, failing{}, throttler.WithClock(throttlertest.NewManualClock(t0)), throttler.WithObserver(rec))
 			p := policy(t, "10/min, 100/h", throttler.WithFailureMode(mode))
 			r, err := th.AllowN(ctx, p, "u", 2)
 			require.NoError(t, err, "a backend failure is not returned as an error")
@@ -155,7 +156,7 @@ func TestUnsupportedCapabilities(t *testing.T) {
 
 func TestNeverAllowed(t *testing.T) {
 	ctx := context.Background()
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(clock))
 	p := policy(t, "10/min, 5/s gcra")
 	_, err := th.AllowN(ctx, p, "u", 2)
@@ -187,7 +188,7 @@ func TestAllowAll(t *testing.T) {
 		"peek-first": func() driver.Backend { return noRefund{memorybackend.New()} },
 	} {
 		t.Run(name, func(t *testing.T) {
-			clock := throttler.NewManualClock(t0)
+			clock := throttlertest.NewManualClock(t0)
 			th := testkit.Throttler(t, backend(), throttler.WithClock(clock))
 			ipPolicy, err := throttler.ParsePolicy("ip", "3/min")
 			require.NoError(t, err)
@@ -220,7 +221,7 @@ func TestAllowAll(t *testing.T) {
 
 func TestRefundAndReset(t *testing.T) {
 	ctx := context.Background()
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(clock))
 	p := policy(t, "5/min, 10/s gcra")
 	_, err := th.AllowN(ctx, p, "u", 4)
@@ -246,7 +247,7 @@ func TestRefundAndReset(t *testing.T) {
 
 func TestResultTimesKeepTheClockLocation(t *testing.T) {
 	loc := time.FixedZone("X", 3600)
-	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttler.NewManualClock(t0.In(loc))))
+	th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttlertest.NewManualClock(t0.In(loc))))
 	r, err := th.Allow(context.Background(), policy(t, "1/s, 1/s gcra"), "u")
 	require.NoError(t, err)
 	assert.Equal(t, loc, r.Limits()[0].ResetAt.Location())
@@ -257,7 +258,7 @@ func TestAllowAllNeverAllowedSpendsNothing(t *testing.T) {
 	ctx := context.Background()
 	for name, b := range map[string]driver.Backend{"refunder": memorybackend.New(), "peek-first": noRefund{memorybackend.New()}} {
 		t.Run(name, func(t *testing.T) {
-			th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)))
+			th := testkit.Throttler(t, b, throttler.WithClock(throttlertest.NewManualClock(t0)))
 			wide := policy(t, "100/min")
 			narrow, err := throttler.ParsePolicy("narrow", "3/min")
 			require.NoError(t, err)
@@ -285,7 +286,7 @@ func TestClockOutOfRange(t *testing.T) {
 	// clock through the same Throttler.now.
 	for _, at := range []time.Time{{}, time.Date(1969, 12, 31, 23, 0, 0, 0, time.UTC), time.Unix(0, -1),
 		maxTime.Add(time.Nanosecond), maxTime.Add(999_999 * time.Nanosecond), maxTime.Add(time.Millisecond)} {
-		th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttler.NewManualClock(at)))
+		th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttlertest.NewManualClock(at)))
 		_, err := th.Allow(ctx, p, "u")
 		assert.ErrorIs(t, err, throttler.ErrClockOutOfRange, "%v", at)
 		_, err = th.Peek(ctx, p, "u")
@@ -297,7 +298,7 @@ func TestClockOutOfRange(t *testing.T) {
 	}
 	// The epoch itself and MaxTime are fine.
 	for _, at := range []time.Time{time.Unix(0, 0), maxTime} {
-		th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttler.NewManualClock(at)))
+		th := testkit.Throttler(t, memorybackend.New(), throttler.WithClock(throttlertest.NewManualClock(at)))
 		r, err := th.Allow(ctx, p, "u")
 		require.NoError(t, err, "%v", at)
 		assert.True(t, r.Allowed)
@@ -329,14 +330,14 @@ func (c *cancelling) Refund(ctx context.Context, r driver.Request) (driver.Outco
 func TestAllowAllGivesBackAfterTheCallerLeaves(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	mem := memorybackend.New()
-	th := testkit.Throttler(t, &cancelling{Backend: mem, cancel: cancel}, throttler.WithClock(throttler.NewManualClock(t0)))
+	th := testkit.Throttler(t, &cancelling{Backend: mem, cancel: cancel}, throttler.WithClock(throttlertest.NewManualClock(t0)))
 	a, err := throttler.ParsePolicy("a", "5/min")
 	require.NoError(t, err)
 	b, err := throttler.ParsePolicy("b", "5/min")
 	require.NoError(t, err)
 	_, err = th.AllowAll(ctx, 1, throttler.Subject{Policy: a, Identifier: "x"}, throttler.Subject{Policy: b, Identifier: "x"})
 	require.ErrorIs(t, err, context.Canceled)
-	r, err := testkit.Throttler(t, mem, throttler.WithClock(throttler.NewManualClock(t0))).Peek(context.Background(), a, "x")
+	r, err := testkit.Throttler(t, mem, throttler.WithClock(throttlertest.NewManualClock(t0))).Peek(context.Background(), a, "x")
 	require.NoError(t, err)
 	assert.Zero(t, r.Used, "the first subject's unit was given back although the caller left")
 }

@@ -30,7 +30,8 @@ func (t *Throttler) Wait(ctx context.Context, p *Policy, id string) (Result, err
 // it, at most 25 ms, so that a fleet of workers denied together does not
 // wake together; then it asks again, since others may have taken the
 // units meanwhile. It sleeps on the throttler's clock when that clock has
-// an After method, as ManualClock does, and on the wall clock otherwise.
+// an After method, as throttlertest.ManualClock does, and on the wall
+// clock otherwise.
 //
 // It returns at once:
 //   - with ErrWaitExceedsDeadline (which also matches

@@ -61,7 +61,7 @@ func TestWaitWakesWhenTheWindowOpens(t *testing.T) {
 			// Once the waiter sleeps, move the clock to just before the
 			// window opens, then in 1 ms steps until Wait returns (at
 			// most 100 ms of clock time).
-			for i := 0; throttler.ManualClockWaiters(mc) == 0; i++ {
+			for i := 0; mc.Waiters() == 0; i++ {
 				require.Less(t, i, 5000, "Wait never went to sleep")
 				time.Sleep(time.Millisecond)
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // decideOnly hides every optional interface of a backend.
@@ -29,7 +30,7 @@ func TestLeasesThroughTheBreaker(t *testing.T) {
 	ctx := context.Background()
 	b, err := breaker.Wrap(memorybackend.New(), "memory", breaker.WithLogger(nil))
 	require.NoError(t, err)
-	th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(testkit.T0)))
+	th := testkit.Throttler(t, b, throttler.WithClock(throttlertest.NewManualClock(testkit.T0)))
 	l, err := throttler.NewConcurrencyLimit("conc", 1, time.Minute)
 	require.NoError(t, err)
 	lease, err := th.Acquire(ctx, l, "u")

@@ -15,6 +15,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // seeding is a memory backend whose Seed fails while down is set, and
@@ -157,7 +158,7 @@ func TestNonblockingFollowsTheWrappedBackend(t *testing.T) {
 			b, err := breaker.Wrap(c.wrap(probe), "s", breaker.WithLogger(nil))
 			require.NoError(t, err)
 			assert.Equal(t, c.nonblocking, b.Nonblocking())
-			th := testkit.Throttler(t, b, throttler.WithCallTimeout(time.Hour), throttler.WithClock(throttler.NewManualClock(testkit.T0)))
+			th := testkit.Throttler(t, b, throttler.WithCallTimeout(time.Hour), throttler.WithClock(throttlertest.NewManualClock(testkit.T0)))
 			for range 10 {
 				r, err := th.Allow(ctx, p, "u")
 				require.NoError(t, err)

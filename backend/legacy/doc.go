@@ -2,23 +2,36 @@
 // github.com/throttlekit/throttlekit/backend/legacy) reads the counters of
 // the hand-written limiters throttlekit replaces, so that a migration
 // carries their open windows into the new store instead of restarting
-// them. Its backends are read-only: they answer a peek with the legacy
-// counter as a fixed window, and refuse to decide.
+// them. By default its backends are read-only: they answer a peek with the
+// legacy counter as a fixed window, and refuse to decide. A Memcached
+// built with Deciding also decides and takes states in the legacy format,
+// which is how new code serves beside old code during a rolling deploy.
 //
-// They are meant as the old side of a split rollout with seeding (the
-// rollout package's defaults) at 100 %: each identifier's first decision
-// within its policy's horizon peeks the legacy store and seeds the new one
-// with what it finds (driver.Seeder), in the same step as the decision, so
-// the first window after the deploy ends when the legacy one would have
-// and counts what the legacy code counted:
+// # The way in
 //
-//	old, err := legacybackend.NewMemcached(mc, time.Hour,
+// During a rolling deploy old and new processes serve the same
+// identifiers for as long as the deploy takes. If the new code decided in
+// the new store meanwhile, a window rolling over would be opened twice,
+// once in each store, and clients would see its reset time flip. So while
+// any old process may still count, the new code counts in the legacy
+// counters, with the old code's semantics, and writes the new store
+// alongside (a mirror rollout at 0 %); once no old process remains, the
+// new store decides (100 %, the legacy counters still written) and, a
+// window later, serves alone:
+//
+//	const legacyWindow = time.Minute // the hand-written limiter's window
+//	old, err := legacybackend.NewMemcached(mc, legacyWindow, legacybackend.Deciding(),
 //		legacybackend.WithKeyFunc(func(policy, id string) string { return "rl:" + id }))
-//	all, err := rollout.NewStaticSource(100)
-//	rb, err := rollout.New(old, newStore, all)
+//	src, err := rollout.NewStaticSource(0) // 100 once no old process remains
+//	rb, err := rollout.New(old, newStore, src, rollout.WithMode(rollout.MirrorMode))
 //	th, err := throttler.New(rb)
 //
-// docs/MIGRATION.md gives the whole procedure.
+// docs/MIGRATION.md gives the whole procedure and what was measured. A
+// read-only backend is the old side of a split rollout at 100 % instead
+// (the rollout package's defaults): each identifier's first decision
+// within its policy's horizon peeks the legacy store and seeds the new one
+// with what it finds; old processes still running then count apart from
+// new ones until the deploy ends.
 //
 // # Layouts
 //
@@ -53,23 +66,86 @@
 //
 // # Read-only
 //
-// Decide with cost 0 is Peek. Any other cost returns an error wrapping
-// errors.ErrUnsupported and no verdict: the legacy store is written only by
-// the legacy code. So route no identifier to it: run the rollout at 100 %,
-// and keep the old deployment, not a rollout to this backend, as the way
-// back. Use it in split mode only: a mirror or shadow rollout would replay
-// every decision on it, each failing with errors.ErrUnsupported (counted
-// as secondary errors). Neither backend implements Seeder, Refunder, Resetter or Leaser;
-// the throttler and the rollout fall back as their documentation says.
-// Neither ever writes, and neither closes the client it was given.
+// Without Deciding, Decide with cost 0 is Peek. Any other cost returns an
+// error wrapping errors.ErrUnsupported and no verdict: the legacy store is
+// written only by the legacy code. So route no identifier to it: run the
+// rollout at 100 % in split mode, and keep the old deployment, not a
+// rollout to this backend, as the way back. Seed returns an error wrapping
+// errors.ErrUnsupported. Neither backend implements Refunder, Resetter or
+// Leaser; the throttler and the rollout fall back as their documentation
+// says. Neither closes the client it was given.
+//
+// # Deciding
+//
+// A Memcached built with Deciding decides as the hand-written limiter of
+// the classic layout does, in its keys:
+//
+//   - a window is open while the counter exists and the reset time lies
+//     after the request's now; a request then raises the counter by its
+//     cost with INCR, denied or not (the old code counts denied requests,
+//     so the counter reads the same to it), and is allowed when the count
+//     after it is at most Max;
+//   - otherwise it opens a window: the counter set to the cost, then the
+//     reset key set to now plus the window rounded up to a whole second
+//     (to the millisecond with WithResetMillis), both expiring a few
+//     seconds after the window, as the old code writes them; so a window
+//     the new code opens has the end the old code would have written.
+//
+// Of several new processes finding the same window ended, one opens the
+// next and the others count in it: an opener first adds a short-lived
+// lock key (the counter key, OpeningSuffix and the ended window's end),
+// and a process that finds it taken reads again until the reset key
+// shows the new window (at most 200 ms, then it opens the window itself);
+// the counter write is conditional too (add when the counter is missing,
+// CAS against the counter read otherwise), so a write of the old code in
+// between wins. What stays as racy as the old code:
+// its own opening is two plain sets after a read, so an old and a new
+// process opening the same identifier's window at the same instant can
+// both write it (one count lost, and the reset time rewritten if the two
+// straddle a second), exactly as two old processes can today. A client
+// whose requests do not overlap never races itself.
+//
+// Seed (driver.Seeder) reads the legacy window, merges the given states
+// into it by driver.Merge's rule and writes the result in the same
+// format: a larger count of the same window by CAS on the counter,
+// another window as Decide opens one. The reset key holds whole seconds,
+// so the end of a window the new store opened (in milliseconds) is
+// written rounded up there, for the old code, and exactly under the
+// counter key plus EndSuffix, which this backend reads back while the
+// reset key still stands for it: moves between the stores keep the exact
+// end. Then the cost is decided as above. None of these steps is atomic
+// against the old code: each is a round trip, retried from a fresh read
+// when another writer raced it (Stats.Contended).
+//
+// A Deciding backend decides only a policy the legacy counter holds
+// whole: one FixedWindow limit, of the legacy window. Any other policy
+// gives an error wrapping errors.ErrUnsupported: its other limits could
+// not be counted while old processes, which never count them, serve
+// beside the new ones. Add them in a deploy after the way in. NewRedis
+// does not take Deciding: a Redis legacy counter's window end is its TTL,
+// read anew on each call, not a value both codes can share.
+//
+// # Unmatched policies
+//
+// A policy none of whose FixedWindow limits the matcher accepts reads
+// nothing: its identifiers start afresh in the new store. That is right
+// for a policy the legacy limiter never counted, and wrong when the
+// legacy window given to the backend is not the legacy limiter's (an hour
+// for a per-minute limiter). Such calls are counted in Stats.Unmatched,
+// and the first per policy is logged as a warning (WithLogger, or the
+// throttler's logger through SetLogger, or slog.Default()). Watch it
+// during the way in: it must stay 0 for the legacy limiter's policy.
 //
 // # Calls
 //
-// A peek is one round trip: a multi-get of the two memcached keys, or one
-// MULTI of GET and PTTL on Redis. A policy the matcher picks no limit of,
-// or a key function returning "", costs none. A call returns once its
-// context is done, leaving the round trip under way to end by the client's
-// own timeouts. Stats counts reads, legacy windows found and malformed
-// values: when Found stops growing for a horizon, the legacy store is no
-// longer needed.
+// A peek is one round trip: a multi-get of the two memcached keys (three
+// with Deciding), or one MULTI of GET and PTTL on Redis. A deciding call
+// is a multi-get then an INCR, or a conditional write and a set when it
+// opens a window. A policy the matcher picks no limit of, or a key
+// function returning "", costs none. A call returns once its context is
+// done, leaving the round trip under way to end by the client's own
+// timeouts. Stats counts reads, legacy windows found, malformed values and
+// unmatched calls, and for a Deciding backend its decisions, the windows
+// it opened, its seeds and its raced attempts: when Found stops growing
+// for a horizon, the legacy store is no longer needed.
 package legacybackend

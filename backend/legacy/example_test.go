@@ -16,14 +16,23 @@ import (
 )
 
 // Example moves a hand-written memcached limiter ("rl:<user>" counted
-// with INCR, "rl:<user>:reset_at" in Unix seconds, one-hour windows) to
-// throttlekit on Redis without restarting a window: each identifier's
-// first decision reads its live legacy counter and seeds Redis with it.
-// It has no checked output: it needs a memcached and a Redis server.
+// with INCR, "rl:<user>:reset_at" in Unix seconds, one-minute windows) to
+// throttlekit on Redis during a rolling deploy, without restarting or
+// moving a window: while old processes may still count, the new code
+// counts in the legacy keys as they do, with Redis written alongside
+// (mirror mode at 0 %); once they are gone, the percentage goes to 100 and
+// Redis decides. It has no checked output: it needs a memcached and a
+// Redis server.
 func Example() {
+	// The hand-written limiter's window: what its code adds to now to
+	// write reset_at. A policy of another window matches nothing
+	// (Stats.Unmatched, and a warning in the log).
+	const legacyWindow = time.Minute
+
 	mc := memcache.New("127.0.0.1:11211")
 	mc.Timeout = 50 * time.Millisecond
-	old, err := legacybackend.NewMemcached(mc, time.Hour,
+	old, err := legacybackend.NewMemcached(mc, legacyWindow,
+		legacybackend.Deciding(), // count in the legacy keys, as the old code does
 		legacybackend.WithKeyFunc(func(_, identifier string) string { return "rl:" + identifier }))
 	if err != nil {
 		log.Fatal(err)
@@ -36,12 +45,13 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	// Every identifier is served by Redis; the legacy store is only read.
-	all, err := rollout.NewStaticSource(100)
+	// 0 % while any old process runs: the legacy counters decide, Redis is
+	// written after every decision. Raise it to 100 once the deploy is done.
+	src, err := rollout.NewStaticSource(0)
 	if err != nil {
 		log.Fatal(err)
 	}
-	rb, err := rollout.New(old, store, all)
+	rb, err := rollout.New(old, store, src, rollout.WithMode(rollout.MirrorMode))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -49,7 +59,8 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	policy, err := throttler.ParsePolicy("api", "5000/h")
+	// The legacy limiter's own quota and window.
+	policy, err := throttler.ParsePolicy("api", "60/min")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -58,7 +69,13 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	// ResetAt is the legacy window's reset_at while that window is open.
+	// ResetAt is the legacy window's reset_at, as the old code reports it.
 	fmt.Printf("allowed=%v remaining=%d reset=%s\n", r.Allowed, r.Remaining, r.ResetAt.Format(time.RFC3339))
-	fmt.Printf("legacy windows carried over: %d\n", old.Stats().Found)
+
+	// The deploy is done: no old process counts any more.
+	if err := src.Set(100); err != nil {
+		log.Fatal(err)
+	}
+	st := old.Stats()
+	fmt.Printf("decided in the legacy keys: %d, unmatched: %d\n", st.Decided, st.Unmatched)
 }

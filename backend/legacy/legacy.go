@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -92,6 +94,8 @@ type options struct {
 	resetMillis bool
 	window      time.Duration
 	noTTL       time.Duration
+	deciding    bool
+	logger      *slog.Logger
 	set         map[string]bool
 }
 
@@ -142,6 +146,26 @@ func WithWindow(d time.Duration) Option {
 // milliseconds. NewRedis only.
 func WithNoTTLWindow(d time.Duration) Option {
 	return setOption("WithNoTTLWindow", func(o *options) { o.noTTL = d })
+}
+
+// Deciding makes a Memcached decide in the legacy format as well as read
+// it, so that new code can count in the same place and the same way as the
+// hand-written limiter while old processes still run beside it (a rolling
+// deploy): Decide raises the legacy counter with INCR, denied requests
+// included, and opens a window as the old code does; Seed writes the
+// legacy format. See the package documentation, "Deciding". NewMemcached
+// only.
+func Deciding() Option {
+	return setOption("Deciding", func(o *options) { o.deciding = true })
+}
+
+// WithLogger sets where the backend logs its warnings (a policy none of
+// whose limits the legacy window matches, once per policy); nil logs
+// nothing. It wins over SetLogger: with it, throttler.WithLogger leaves
+// this backend's logger alone. Without it, the backend logs to
+// slog.Default() until SetLogger is called.
+func WithLogger(l *slog.Logger) Option {
+	return setOption("WithLogger", func(o *options) { o.logger = l })
 }
 
 // buildOptions applies opts over the defaults and refuses those named in
@@ -198,28 +222,81 @@ type Stats struct {
 	Found uint64
 	// Malformed counts reads that failed with driver.ErrBadReply.
 	Malformed uint64
+	// Unmatched counts calls for a policy none of whose FixedWindow limits
+	// the matcher accepts: nothing is read for them, so no legacy window
+	// is carried. The first one per policy is logged as a warning. A
+	// count that grows for a policy the legacy limiter counted means the
+	// legacy window given to the backend is not the legacy limiter's.
+	Unmatched uint64
+	// Decided counts decisions a Deciding Memcached made in the legacy
+	// store; Opened those of them that opened a window there.
+	Decided, Opened uint64
+	// Seeded counts Seed calls that wrote a window into the legacy store,
+	// or raised its count.
+	Seeded uint64
+	// Contended counts attempts a Deciding Memcached started again because
+	// another writer changed the legacy keys between its read and its
+	// write (a CAS conflict, an add that found the key).
+	Contended uint64
 }
 
 // counters holds the Stats of one backend.
 type counters struct {
-	reads, found, malformed atomic.Uint64
+	reads, found, malformed, unmatched atomic.Uint64
+	decided, opened, seeded, contended atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
-	return Stats{Reads: c.reads.Load(), Found: c.found.Load(), Malformed: c.malformed.Load()}
+	return Stats{
+		Reads: c.reads.Load(), Found: c.found.Load(), Malformed: c.malformed.Load(), Unmatched: c.unmatched.Load(),
+		Decided: c.decided.Load(), Opened: c.opened.Load(), Seeded: c.seeded.Load(), Contended: c.contended.Load(),
+	}
 }
 
 // reader is what the two backends share: which limit the legacy counter
 // stands for, its key, and the shape of an answer.
 type reader struct {
-	name  string // "memcached" or "redis", for errors
-	key   KeyFunc
-	match Matcher
-	stats counters
+	name   string        // "memcached" or "redis", for errors
+	window time.Duration // the legacy window, 0 when unknown (NewRedis without WithWindow)
+	key    KeyFunc
+	match  Matcher
+	stats  counters
+	// log is where warnings go; loggerSet says WithLogger chose it, so
+	// that SetLogger leaves it alone.
+	log       atomic.Pointer[slog.Logger]
+	loggerSet bool
+	// warned holds the names of the policies already reported unmatched,
+	// warnedN how many (at most maxWarnedPolicies).
+	warned  sync.Map
+	warnedN atomic.Int64
 }
 
+// initLog sets the logger the options chose, slog.Default() without one.
+func (r *reader) initLog(o options) {
+	if o.set["WithLogger"] {
+		r.loggerSet = true
+		r.log.Store(driver.LoggerOrDiscard(o.logger))
+		return
+	}
+	r.log.Store(slog.Default())
+}
+
+// setLogger is SetLogger for both backends.
+func (r *reader) setLogger(l *slog.Logger) {
+	if !r.loggerSet {
+		r.log.Store(driver.LoggerOrDiscard(l))
+	}
+}
+
+// maxWarnedPolicies bounds how many policy names a backend remembers as
+// reported: a program that builds policies without end logs at most this
+// many warnings, and counts every call in Stats.Unmatched all the same.
+const maxWarnedPolicies = 1024
+
 // target returns the index of the limit of p that receives the legacy
-// window and the counter key, or -1 when nothing needs to be read.
+// window and the counter key, or -1 when nothing needs to be read. A
+// policy with no limit the matcher accepts is counted in Stats.Unmatched
+// and logged once.
 func (r *reader) target(p *driver.Policy, identifier string) (int, string) {
 	for i := range p.Limits {
 		l := &p.Limits[i]
@@ -231,7 +308,36 @@ func (r *reader) target(p *driver.Policy, identifier string) (int, string) {
 			return i, key
 		}
 	}
+	r.unmatched(p)
 	return -1, ""
+}
+
+// unmatched counts a call for a policy the legacy counter stands for no
+// limit of, and warns the first time per policy name: a legacy window
+// given wrong (an hour for a per-minute limiter) would otherwise carry
+// nothing, silently.
+func (r *reader) unmatched(p *driver.Policy) {
+	r.stats.unmatched.Add(1)
+	if _, seen := r.warned.Load(p.Name); seen || r.warnedN.Load() >= maxWarnedPolicies {
+		return
+	}
+	if _, seen := r.warned.LoadOrStore(p.Name, struct{}{}); seen {
+		return
+	}
+	r.warnedN.Add(1)
+	windows := make([]string, 0, len(p.Limits))
+	for i := range p.Limits {
+		if l := &p.Limits[i]; l.Algorithm == driver.FixedWindow {
+			windows = append(windows, l.Window.String())
+		}
+	}
+	legacy := "any"
+	if r.window > 0 {
+		legacy = r.window.String()
+	}
+	r.log.Load().Warn("throttlekit: legacy: no limit of the policy matches the legacy window: its legacy windows are not carried; is the window given to the legacy backend the hand-written limiter's?",
+		slog.String("backend", r.name), slog.String("policy", p.Name),
+		slog.String("legacy_window", legacy), slog.Any("fixed_windows", windows))
 }
 
 // check refuses a call that cannot be answered before any round trip.

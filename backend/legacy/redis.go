@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"strings"
 	"time"
@@ -27,24 +28,36 @@ var (
 	_ driver.Backend = (*Redis)(nil)
 	_ driver.Peeker  = (*Redis)(nil)
 	_ driver.Pinger  = (*Redis)(nil)
+
+	_ driver.LoggerSetter = (*Redis)(nil)
 )
 
 // NewRedis returns a read-only backend over the legacy counters client
 // holds (a standalone, Sentinel or Cluster client). Options: WithKeyFunc,
-// WithMatcher, WithWindow, WithNoTTLWindow. The client stays the
+// WithMatcher, WithWindow, WithNoTTLWindow, WithLogger. The client stays the
 // caller's. The error wraps driver.ErrInvalidOption.
 func NewRedis(client goredis.UniversalClient, opts ...Option) (*Redis, error) {
 	if isNilClient(client) {
 		return nil, fmt.Errorf("%w: legacy: nil redis client", driver.ErrInvalidOption)
 	}
-	o, err := buildOptions("NewRedis", opts, "WithResetMillis")
+	o, err := buildOptions("NewRedis", opts, "WithResetMillis", "Deciding")
 	if err != nil {
 		return nil, err
 	}
 	if o.match == nil {
 		o.match = MatchWindow(o.window)
 	}
-	return &Redis{reader: reader{name: "redis", key: o.key, match: o.match}, client: client, noTTL: o.noTTL}, nil
+	r := &Redis{reader: reader{name: "redis", window: o.window, key: o.key, match: o.match}, client: client, noTTL: o.noTTL}
+	r.initLog(o)
+	return r, nil
+}
+
+// SetLogger implements driver.LoggerSetter: warnings go to l (nil: none),
+// unless WithLogger chose a logger.
+func (r *Redis) SetLogger(l *slog.Logger) {
+	if r.ready() == nil {
+		r.setLogger(l)
+	}
 }
 
 // isNilClient reports a nil client, including a nil pointer in the

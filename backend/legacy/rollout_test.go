@@ -12,18 +12,19 @@ import (
 	"github.com/throttlekit/throttlekit/rollout"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // migrate returns a throttler deciding on a fresh memory store behind a
 // split rollout at 100 % from old, with seeding (the defaults), on a
 // manual clock at t0.
-func migrate(t *testing.T, old driver.Backend) (*throttler.Throttler, *throttler.ManualClock) {
+func migrate(t *testing.T, old driver.Backend) (*throttler.Throttler, *throttlertest.ManualClock) {
 	t.Helper()
 	all, err := rollout.NewStaticSource(100)
 	require.NoError(t, err)
 	rb, err := rollout.New(old, memorybackend.New(), all)
 	require.NoError(t, err)
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	th, err := throttler.New(rb, throttler.WithClock(clock), throttler.WithCallTimeout(testTimeout))
 	require.NoError(t, err)
 	return th, clock

@@ -15,6 +15,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // t0 is where test clocks start: a realistic instant, not aligned to a
@@ -22,8 +23,8 @@ import (
 var t0 = time.Date(2030, time.January, 2, 3, 4, 5, 678_000_000, time.UTC)
 
 // newThrottler returns a throttler over b with a manual clock at t0.
-func newThrottler(tb testing.TB, b driver.Backend, opts ...throttler.Option) (*throttler.Throttler, *throttler.ManualClock) {
-	clock := throttler.NewManualClock(t0)
+func newThrottler(tb testing.TB, b driver.Backend, opts ...throttler.Option) (*throttler.Throttler, *throttlertest.ManualClock) {
+	clock := throttlertest.NewManualClock(t0)
 	opts = append([]throttler.Option{throttler.WithClock(clock), throttler.WithCallTimeout(2 * testTimeout),
 		throttler.WithLogger(nil)}, opts...)
 	return testkit.Throttler(tb, b, opts...), clock
@@ -49,7 +50,7 @@ type want struct {
 	bindingIs string
 }
 
-func runTimeline(t *testing.T, thr *throttler.Throttler, clock *throttler.ManualClock, p *throttler.Policy, id string, steps []want) {
+func runTimeline(t *testing.T, thr *throttler.Throttler, clock *throttlertest.ManualClock, p *throttler.Policy, id string, steps []want) {
 	t.Helper()
 	ctx := context.Background()
 	for i, s := range steps {
@@ -313,7 +314,7 @@ func TestConcurrentCostOneIsExact(t *testing.T) {
 	b2, err := New(b1.client, WithPrefix(b1.prefix))
 	require.NoError(t, err)
 	p := mustPolicy(t, "exact", "40/min, 25/h, 30/min gcra burst=30")
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	thrs := []*throttler.Throttler{
 		testkit.Throttler(t, b1, throttler.WithClock(clock), throttler.WithCallTimeout(2*testTimeout)),
 		testkit.Throttler(t, b2, throttler.WithClock(clock), throttler.WithCallTimeout(2*testTimeout)),

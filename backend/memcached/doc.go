@@ -66,7 +66,11 @@
 // by a Backend alone: a deployment upgraded with live windows wraps it in
 // rollout.UpgradeKeys, which reads the layout-1 items (through
 // rollout.KeyLayoutV1) and seeds their windows into the layout-2 keys (see
-// Seeding), so that no window restarts.
+// Seeding), so that no window restarts. That is for a deploy after the last
+// process of the old release stopped; while one may still decide, it
+// counts in the layout-1 items only, and the new processes decide there
+// too: a mirror-mode rollout at 0 % from rollout.KeyLayoutV1(b) to b, then
+// at 100 % (docs/MIGRATION.md, "Upgrading throttlekit").
 //
 // EscapeKey leaves only letters, digits, '-', '.', '_' and "%XX", so keys
 // hold no space or control byte and the separators ':' and '|' cannot come
@@ -287,10 +291,11 @@
 //     counter under a new token holding the given count, then W written
 //     to name it by add or by cas over the W read. A lost publish rereads
 //     W and merges again.
-//   - Fixed window, one open and the merge changes it (a larger count of
-//     the same window, or another open window, which Merge takes): the
-//     window is replaced. A counter C' under a new token is created with
-//     the merged count; then the open window's counter C is swapped, by
+//   - Fixed window, one open and the merge changes it (a larger count,
+//     given for the same window or for another open one: Merge keeps the
+//     open window's End and takes the larger count): the window is
+//     replaced by itself with the larger count. A counter C' under a new
+//     token is created for the same End with the merged count; then the open window's counter C is swapped, by
 //     cas over its read, for the forward marker "fwd end token" naming C';
 //     then W is pointed at C' by cas over the W read. The swap is the
 //     merge's atomic step: every incr and decr changes C's CAS id, so the

@@ -12,6 +12,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // nthPublish returns a beforePublish hook that runs f once, before the
@@ -289,7 +290,7 @@ func TestConcurrentCostOneMatchesSerialDecisions(t *testing.T) {
 	b2, err := New(b1.client, WithPrefix(b1.prefix))
 	require.NoError(t, err)
 	p := mustPolicy(t, "ranks", "2/s, 7/min, 6/min gcra burst=4")
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	thrs := []*throttler.Throttler{
 		testkit.Throttler(t, b1, throttler.WithClock(clock), throttler.WithCallTimeout(2*testTimeout)),
 		testkit.Throttler(t, b2, throttler.WithClock(clock), throttler.WithCallTimeout(2*testTimeout)),

@@ -128,7 +128,8 @@ func (c *call) seedConflict(attempt int) error {
 //     holding its count published in the window item, as a request opens
 //     one;
 //   - a window is open: it is replaced, by a new counter holding the
-//     merged state, which the open window's counter is swapped for a
+//     merged state (the open window's End with the larger count: Merge
+//     never moves an open window's End), which the open window's counter is swapped for a
 //     forward marker to (compare-and-swap over the counter as read, so
 //     the swap fails if anyone counted in between), and the window item
 //     is then pointed at the new counter.

@@ -61,8 +61,9 @@ func storedWindow(t *testing.T, raw *memcache.Client, k keys, i int) (window, st
 
 // TestSeedMergesEachAlgorithm walks driver.Merge's rules on each
 // algorithm and checks what the items hold after each step: a window
-// taken as given, a smaller count left alone, a larger count or another
-// window replacing the open one behind a forward marker.
+// taken as given, a smaller count left alone, a larger count (of the same
+// window or of another one) replacing the open one behind a forward marker
+// with the open window's End.
 func TestSeedMergesEachAlgorithm(t *testing.T) {
 	ctx := context.Background()
 	now := t0.Add(10 * time.Second)
@@ -106,11 +107,21 @@ func TestSeedMergesEachAlgorithm(t *testing.T) {
 		assert.Equal(t, string(w3.forward()), string(old.Value), "the old counter forwards to the new one")
 		assert.Equal(t, at(9, 40*time.Second), decide(t, b, p))
 
-		// Another open window: the given one wins.
+		// Another open window: the open one stays, End and incarnation,
+		// when the given count is smaller...
 		out = seedAt(t, b, p, "u", now, 0, at(2, 30*time.Second))
 		assert.Equal(t, at(9, 40*time.Second), out.Prior[0])
-		assert.Equal(t, at(2, 30*time.Second), out.States[0])
-		assert.Equal(t, at(3, 30*time.Second), decide(t, b, p))
+		assert.Equal(t, at(9, 40*time.Second), out.States[0])
+		w4, used := storedWindow(t, raw, k, 0)
+		assert.Equal(t, w3, w4, "same incarnation")
+		assert.Equal(t, "9", used)
+		// ... and keeps its End with the larger count when it is not.
+		out = seedAt(t, b, p, "u", now, 0, at(10, 70*time.Second))
+		assert.Equal(t, at(9, 40*time.Second), out.Prior[0])
+		assert.Equal(t, at(10, 40*time.Second), out.States[0])
+		w5, used := storedWindow(t, raw, k, 0)
+		assert.Equal(t, w.end, w5.end, "the open window's End stays")
+		assert.Equal(t, "10", used)
 	})
 
 	t.Run("aligned", func(t *testing.T) {

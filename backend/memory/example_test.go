@@ -7,11 +7,12 @@ import (
 
 	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 func Example() {
 	ctx := context.Background()
-	clock := throttler.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
+	clock := throttlertest.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
 	th, err := throttler.New(memorybackend.New(), throttler.WithClock(clock))
 	if err != nil {
 		fmt.Println(err)

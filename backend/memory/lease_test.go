@@ -12,13 +12,14 @@ import (
 
 	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // Lease sets are swept 30 s after their latest lease expires, released or
 // not (a crashed holder), and a held lease survives every sweep.
 func TestLeaseSetsAreSwept(t *testing.T) {
 	ctx := context.Background()
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	b := memorybackend.New(memorybackend.WithSweepClock(clock))
 	th := newThrottler(t, b, clock, nil)
 	short, err := throttler.NewConcurrencyLimit("short", 1, time.Second)
@@ -48,7 +49,7 @@ func TestLeaseSetsAreSwept(t *testing.T) {
 // decides) while held ones keep working.
 func TestLeaseSetsCountAgainstMaxIdentifiers(t *testing.T) {
 	ctx := context.Background()
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	b := memorybackend.New(memorybackend.WithMaxIdentifiers(2), memorybackend.WithSweepClock(clock))
 	th := newThrottler(t, b, clock, nil)
 	l, err := throttler.NewConcurrencyLimit("conc", 2, time.Minute, throttler.WithFailureMode(throttler.FailClosed))

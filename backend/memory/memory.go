@@ -44,7 +44,7 @@ var (
 )
 
 // Clock is where the backend reads the time its garbage collection runs on;
-// a throttler.Clock (such as *throttler.ManualClock) is one.
+// a throttler.Clock (such as *throttlertest.ManualClock) is one.
 type Clock interface{ Now() time.Time }
 
 type wallClock struct{}

@@ -14,6 +14,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 var t0 = testkit.T0
@@ -29,7 +30,7 @@ func newThrottler(t *testing.T, b driver.Backend, clock throttler.Clock, events 
 
 func TestMaxIdentifiersFailsNewcomersOnly(t *testing.T) {
 	ctx := context.Background()
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	b := memorybackend.New(memorybackend.WithMaxIdentifiers(3), memorybackend.WithSweepClock(clock))
 	var events []throttler.Event
 	th := newThrottler(t, b, clock, &events)
@@ -83,7 +84,7 @@ func TestMaxIdentifiersFailsNewcomersOnly(t *testing.T) {
 
 func TestSweepKeepsLiveStateAndGrace(t *testing.T) {
 	ctx := context.Background()
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	b := memorybackend.New(memorybackend.WithSweepClock(clock))
 	th := newThrottler(t, b, clock, nil)
 	short, err := throttler.ParsePolicy("short", "5/s")
@@ -109,7 +110,7 @@ func TestSweepKeepsLiveStateAndGrace(t *testing.T) {
 
 func TestRedefinedPolicyKeepsSharedLimits(t *testing.T) {
 	ctx := context.Background()
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	th := newThrottler(t, memorybackend.New(), clock, nil)
 	v1, err := throttler.NewPolicy("api", []throttler.Limit{{Name: "minute", Max: 10, Window: time.Minute}})
 	require.NoError(t, err)
@@ -134,7 +135,7 @@ func TestRedefinedPolicyKeepsSharedLimits(t *testing.T) {
 // its limits leaves that limit's state as it was, for the old definition.
 func TestRedefinedPolicyKeepsDroppedLimits(t *testing.T) {
 	ctx := context.Background()
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	th := newThrottler(t, memorybackend.New(), clock, nil)
 	both := testkit.Policy(t, "api", "3/min, 100/h")
 	hourOnly := testkit.Policy(t, "api", "100/h")
@@ -160,7 +161,7 @@ func TestCanceledContext(t *testing.T) {
 	_, err := b.Decide(ctx, driver.Request{Policy: testkit.Compile(t, p), Identifier: "x", Cost: 1, Now: t0})
 	assert.True(t, errors.Is(err, context.Canceled))
 	// Through the throttler, the caller's own cancellation is returned as is.
-	_, err = newThrottler(t, b, throttler.NewManualClock(t0), nil).Allow(ctx, p, "x")
+	_, err = newThrottler(t, b, throttlertest.NewManualClock(t0), nil).Allow(ctx, p, "x")
 	assert.ErrorIs(t, err, context.Canceled)
 }
 
@@ -168,7 +169,7 @@ func TestCanceledContext(t *testing.T) {
 // triggered by an insert, deleting the entry that insert had just made.
 func TestSweepNeverLosesTheInsertingRequest(t *testing.T) {
 	ctx := context.Background()
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	b := memorybackend.New()
 	th := newThrottler(t, b, clock, nil)
 	p, err := throttler.ParsePolicy("api", "5/min")
@@ -198,8 +199,8 @@ func TestClockAheadCannotSweepLiveState(t *testing.T) {
 	b := memorybackend.New()
 	p, err := throttler.ParsePolicy("api", "3/min")
 	require.NoError(t, err)
-	onTime := newThrottler(t, b, throttler.NewManualClock(t0), nil)
-	ahead := newThrottler(t, b, throttler.NewManualClock(t0.Add(10*time.Minute)), nil)
+	onTime := newThrottler(t, b, throttlertest.NewManualClock(t0), nil)
+	ahead := newThrottler(t, b, throttlertest.NewManualClock(t0.Add(10*time.Minute)), nil)
 	var first throttler.Result
 	for i := 0; i < 3; i++ {
 		first, err = onTime.Allow(ctx, p, "victim")

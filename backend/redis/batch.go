@@ -10,7 +10,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/throttlekit/throttlekit/internal/keyslot"
 	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
@@ -47,10 +46,9 @@ const DefaultMaxBatch = 128
 // by one script call, decide_many.lua, which runs decide.lua's logic for
 // each in turn: Redis then pays its per-call cost (parsing, the script's
 // setup, the reply) once per round trip instead of once per decision. On a
-// Cluster the key of one script call must sit in one slot, so decisions
-// that share a slot go in one decide_many.lua call and the others keep a
-// call each; go-redis sends each node its part of the pipeline, in
-// parallel.
+// Cluster each primary gets round trips of its own, whose decisions go as
+// one decide_many.lua call whatever their slots (see Batching in the
+// package documentation).
 //
 // An auto-pipeliner batches by itself: WithBatching with one is an error
 // wrapping driver.ErrInvalidOption, and by default it runs unbatched.
@@ -99,9 +97,21 @@ type pending struct {
 
 var pendings = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
 
+// maxInFlight is how many round trips one batcher keeps in flight at once,
+// each on a connection of the client's pool. With one, the server idles
+// while a round trip's reply travels back and the next is written; with
+// two, one is on the wire while the server runs the other.
+const maxInFlight = 2
+
+// scriptRunner runs one script call, batched with others: a batcher, or a
+// clusterBatcher that keeps one batcher per Cluster primary.
+type scriptRunner interface {
+	run(ctx context.Context, script *goredis.Script, readOnly bool, keys []string, args []any, policy *driver.Policy) (any, error)
+}
+
 // batcher queues the script calls of one client and sends them in rounds
-// from one goroutine, which runs while there is work and exits when the
-// queue is empty.
+// from up to maxInFlight goroutines, which run while there is work and
+// exit when the queue is empty.
 type batcher struct {
 	client Client
 	pipe   pipeliner
@@ -113,16 +123,15 @@ type batcher struct {
 	// many sends a round trip's decisions as one call of decide_many.lua;
 	// only for a client whose commands all go to one server.
 	many bool
-	// bySlot sends the decisions of a round trip that share a Cluster slot
-	// as one call of decide_many.lua per slot.
-	bySlot bool
 
 	mu      sync.Mutex
 	queue   []*pending
-	running bool
+	senders int // round trips in flight, or about to be
 }
 
-func newBatcher(c Client, maxBatch int, inline bool) (*batcher, error) {
+// newBatcher returns the scriptRunner for c: a batcher, or for a Cluster
+// client a batcher per primary.
+func newBatcher(c Client, maxBatch int, inline bool) (scriptRunner, error) {
 	if maxBatch < 0 {
 		return nil, fmt.Errorf("%w: WithBatching(%d): negative batch size", driver.ErrInvalidOption, maxBatch)
 	}
@@ -132,13 +141,15 @@ func newBatcher(c Client, maxBatch int, inline bool) (*batcher, error) {
 	if _, ok := c.(*goredis.AutoPipeliner); ok {
 		return nil, fmt.Errorf("%w: WithBatching with an auto-pipeliner, which batches by itself", driver.ErrInvalidOption)
 	}
+	if cc, ok := c.(*goredis.ClusterClient); ok {
+		return &clusterBatcher{cluster: newConn(cc), max: maxBatch, inline: inline, nodes: map[*goredis.Client]*batcher{}}, nil
+	}
 	p, ok := c.(pipeliner)
 	if !ok {
 		return nil, fmt.Errorf("%w: WithBatching needs a client with a Pipeline method, not %T", driver.ErrInvalidOption, c)
 	}
 	_, standalone := c.(*goredis.Client)
-	_, cluster := c.(*goredis.ClusterClient)
-	return &batcher{client: c, pipe: p, max: maxBatch, inline: inline, many: standalone, bySlot: cluster}, nil
+	return &batcher{client: c, pipe: p, max: maxBatch, inline: inline, many: standalone}, nil
 }
 
 // run sends one script call with the next round trip and waits for its
@@ -152,11 +163,11 @@ func (bt *batcher) run(ctx context.Context, script *goredis.Script, readOnly boo
 	}
 	_, hasDeadline := ctx.Deadline()
 	bt.mu.Lock()
-	if bt.inline && !bt.running && (hasDeadline || ctx.Done() == nil) {
+	if bt.inline && bt.senders == 0 && (hasDeadline || ctx.Done() == nil) {
 		// Nothing in flight: this call goes out at once on the caller's
-		// goroutine. Calls that arrive meanwhile queue, and the sender
-		// takes them when it returns.
-		bt.running = true
+		// goroutine. Calls that arrive meanwhile queue, and the senders
+		// take them.
+		bt.senders++
 		bt.mu.Unlock()
 		var reply any
 		var err error
@@ -169,7 +180,7 @@ func (bt *batcher) run(ctx context.Context, script *goredis.Script, readOnly boo
 		if len(bt.queue) > 0 {
 			go bt.send()
 		} else {
-			bt.running = false
+			bt.senders--
 		}
 		bt.mu.Unlock()
 		return reply, withContextError(ctx, err)
@@ -178,8 +189,8 @@ func (bt *batcher) run(ctx context.Context, script *goredis.Script, readOnly boo
 	p.ctx, p.script, p.readOnly, p.keys, p.args, p.policy = ctx, script, readOnly, keys, args, policy
 	p.state.Store(callQueued)
 	bt.queue = append(bt.queue, p)
-	if !bt.running {
-		bt.running = true
+	if bt.senders < maxInFlight {
+		bt.senders++
 		go bt.send()
 	}
 	bt.mu.Unlock()
@@ -190,10 +201,13 @@ func (bt *batcher) run(ctx context.Context, script *goredis.Script, readOnly boo
 		return reply, err
 	}
 	if p.state.CompareAndSwap(callQueued, callAbandoned) {
-		// Never sent: the sender skips it and never touches it again.
-		err := ctx.Err()
-		p.release()
-		return nil, err
+		// Never sent. The queue still holds p, so it is the sender's now:
+		// it skips p and puts it back in the pool. Were it put back here,
+		// another call (of any batcher: the pool is shared) could take it
+		// while this batcher's queue still names it, and this batcher's
+		// sender would then send that call to its own server and hand its
+		// caller a reply about another identifier's window.
+		return nil, ctx.Err()
 	}
 	// In flight: the sender still owns p and will write to it, so it is
 	// left to the garbage collector rather than reused.
@@ -225,7 +239,8 @@ func (p *pending) release() {
 	pendings.Put(p)
 }
 
-// send runs round trips until the queue is empty.
+// send runs round trips until the queue is empty. Up to maxInFlight of it
+// run at once, each taking the calls queued when it looks.
 func (bt *batcher) send() {
 	var batch []*pending
 	for {
@@ -237,13 +252,17 @@ func (bt *batcher) send() {
 			n++
 			if p.state.CompareAndSwap(callQueued, callSent) {
 				batch = append(batch, p)
+			} else {
+				// Abandoned by its caller while queued: this is the last
+				// reference to it.
+				p.release()
 			}
 		}
 		rest := copy(bt.queue, bt.queue[n:])
 		clear(bt.queue[rest:])
 		bt.queue = bt.queue[:rest]
 		if len(batch) == 0 && rest == 0 {
-			bt.running = false
+			bt.senders--
 			bt.mu.Unlock()
 			return
 		}
@@ -342,64 +361,43 @@ func isDecision(p *pending) bool {
 	return p.script == decideScript && !p.readOnly && p.policy != nil
 }
 
-// collectDecisions queues, on pipe, the decide_many.lua calls that carry
-// decisions of batch, and marks those decisions inMany; the other calls of
-// the batch go on their own. A standalone client gets one call for all the
-// decisions, when there are at least two; a Cluster client one call per
-// slot that at least two decisions share. It returns the calls it queued.
+// collectDecisions queues, on pipe, the decide_many.lua call that carries
+// the decisions of batch, when the batcher's client is one server and the
+// batch holds at least two, and marks those decisions inMany; the other
+// calls of the batch go on their own. It returns the call it queued, if
+// any.
 func (bt *batcher) collectDecisions(ctx context.Context, pipe goredis.Pipeliner, batch []*pending) []manyCall {
-	var groups [][]*pending
-	switch {
-	case bt.many:
-		var calls []*pending
-		for _, p := range batch {
-			if isDecision(p) {
-				calls = append(calls, p)
-			}
-		}
-		groups = append(groups, calls)
-	case bt.bySlot:
-		bySlot := make(map[int][]*pending)
-		var order []int
-		for _, p := range batch {
-			if !isDecision(p) {
-				continue
-			}
-			slot := keyslot.Of(p.keys[0])
-			if _, seen := bySlot[slot]; !seen {
-				order = append(order, slot)
-			}
-			bySlot[slot] = append(bySlot[slot], p)
-		}
-		for _, slot := range order {
-			groups = append(groups, bySlot[slot])
+	if !bt.many {
+		return nil
+	}
+	var calls []*pending
+	for _, p := range batch {
+		if isDecision(p) {
+			calls = append(calls, p)
 		}
 	}
-	var out []manyCall
-	for _, calls := range groups {
-		if len(calls) < 2 {
-			continue
-		}
-		for _, p := range calls {
-			p.inMany = true
-		}
-		m := newManyCall(calls)
-		m.cmd = pipe.EvalSha(ctx, decideManyScript.Hash(), m.keys, m.args...)
-		out = append(out, m)
+	if len(calls) < 2 {
+		return nil
 	}
-	return out
+	for _, p := range calls {
+		p.inMany = true
+	}
+	m := newManyCall(calls)
+	m.cmd = pipe.EvalSha(ctx, decideManyScript.Hash(), m.keys, m.args...)
+	return []manyCall{m}
 }
 
 // newManyCall lays out the keys and arguments of one decide_many.lua call
 // for calls, decide.lua calls whose arguments are scriptArgs': the grace,
 // each distinct policy once (its number of limits and their values), then
 // the number of decisions and, for each, its policy's index, now in ms and
-// µs, and its cost; the keys, one per decision, in the same order.
+// µs, its cost and its key. The first decision's key is the one declared
+// key, which routes the call on a Cluster.
 func newManyCall(calls []*pending) manyCall {
-	m := manyCall{calls: calls, keys: make([]string, 0, len(calls))}
+	m := manyCall{calls: calls, keys: calls[0].keys[:1]}
 	var policies []*driver.Policy
 	index := make([]int, len(calls))
-	nargs := 3 + 4*len(calls)
+	nargs := 3 + 5*len(calls)
 	for i, p := range calls {
 		index[i] = slices.Index(policies, p.policy)
 		if index[i] < 0 {
@@ -416,8 +414,7 @@ func newManyCall(calls []*pending) manyCall {
 	}
 	m.args = append(m.args, len(calls))
 	for i, p := range calls {
-		m.keys = append(m.keys, p.keys...)
-		m.args = append(m.args, index[i]+1, p.args[0], p.args[1], p.args[2])
+		m.args = append(m.args, index[i]+1, p.args[0], p.args[1], p.args[2], p.keys[0])
 	}
 	return m
 }
@@ -429,24 +426,6 @@ func (bt *batcher) answerDecisions(ctx context.Context, m manyCall) {
 	reply, err := m.cmd.Result()
 	if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
 		reply, err = decideManyScript.Run(ctx, bt.client, m.keys, m.args...).Result()
-	}
-	if err != nil && migrating(err) {
-		// A Cluster slot on the move may hold some of the call's keys on
-		// its source and the others on its target: each decision goes
-		// again alone, with its one key, which go-redis's redirects
-		// follow to wherever it is. They go in parallel, as unbatched
-		// calls would: go-redis pauses between redirects.
-		var wg sync.WaitGroup
-		for _, p := range m.calls {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				p.reply, p.err = runOne(ctx, bt.client, p)
-				p.done <- struct{}{}
-			}()
-		}
-		wg.Wait()
-		return
 	}
 	m.deliver(reply, err)
 }

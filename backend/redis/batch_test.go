@@ -49,19 +49,20 @@ func (h *pipelineSizes) ProcessPipelineHook(next goredis.ProcessPipelineHook) go
 }
 
 // decisionsIn is the number of script calls cmd stands for: the count of
-// decisions it carries, one per key, for a call of decide_many.lua (many is
-// then true), else 1.
+// decisions it carries for a call of decide_many.lua (many is then true),
+// else 1. decide_many.lua's ARGV ends with the number of decisions c and
+// five values for each.
 func decisionsIn(cmd goredis.Cmder) (n int, many bool) {
 	args := cmd.Args()
 	if len(args) < 4 || cmd.Name() != "evalsha" || args[1] != redisbackend.DecideManyHash {
 		return 1, false
 	}
-	// One key per decision.
-	nkeys, ok := args[2].(int)
-	if !ok || nkeys < 1 {
-		return 1, false
+	for c := 1; len(args)-5*c-1 > 3; c++ {
+		if fmt.Sprint(args[len(args)-5*c-1]) == fmt.Sprint(c) {
+			return c, true
+		}
 	}
-	return nkeys, true
+	return 1, false
 }
 
 func (h *pipelineSizes) manyCalls() int {

@@ -203,7 +203,11 @@ local function read_states(req)
   local fields = limits.fields
   local ints = redis.pcall('HMGET', req.key, unpack(fields))
   if ints.err then
-    return nil, 'THROTTLEKIT_FOREIGN_VALUE key ' .. req.key .. ': ' .. ints.err
+    if string.find(ints.err, 'WRONGTYPE', 1, true) then
+      return nil, 'THROTTLEKIT_FOREIGN_VALUE key ' .. req.key .. ': ' .. ints.err
+    end
+    -- a Cluster node that does not serve the key (decide_many.lua)
+    return nil, 'THROTTLEKIT_ELSEWHERE key ' .. req.key .. ': ' .. ints.err
   end
   -- read_int, inline, in place: this runs for every field of every decision
   for j = 1, limits.jx do

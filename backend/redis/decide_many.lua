@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-cross-slot-keys
 -- decide_many.lua decides several requests in one call, each exactly as
 -- decide.lua would, one after the other: WithBatching sends the decisions
 -- queued for a standalone server (or one group's primary) together this
@@ -13,15 +13,26 @@
 -- decide.lua; the shebang makes Redis refuse the whole call up front when
 -- it is out of memory.
 --
+-- On a Cluster one call carries the decisions of every slot its node
+-- serves: the flag allow-cross-slot-keys lets the script touch keys of
+-- several of the node's slots, provided they are not declared (declared
+-- keys must share a slot), so the keys travel in ARGV and only the first
+-- is declared, for routing. A key the node does not serve (its slot moved
+-- away, or is migrating and the key is not here yet) fails its HMGET
+-- before anything is written for it: that request's element is a
+-- THROTTLEKIT_ELSEWHERE error, the requests after it are still decided, and
+-- the backend sends it again alone, through the Cluster client, which
+-- follows the redirect.
+--
 -- ARGV  the expiry grace in ms; the number P of distinct policies, then for
 --       each its number n of limits and its limits' six values each (as in
 --       decide.lua); the number of requests, then for each the index of its
---       policy (1 to P), now_ms, now_us and its cost
--- KEYS  the requests' keys, one per request, in the same order
+--       policy (1 to P), now_ms, now_us, its cost and its key
+-- KEYS  the first request's key alone
 -- reply one element per request: decide.lua's reply, or its error
 --
 -- A batch's decisions mostly share a few policies: each is parsed once, and
--- a request carries four numbers.
+-- a request carries four numbers and its key.
 
 local grace_ms = tonumber(ARGV[1])
 local policies = {}
@@ -35,13 +46,13 @@ local out = {}
 local count = tonumber(ARGV[a + 1])
 a = a + 1
 for j = 1, count do
-  local req, err = read_states(new_request(KEYS[j], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
+  local req, err = read_states(new_request(ARGV[a + 5], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
     tonumber(ARGV[a + 4]), grace_ms, policies[tonumber(ARGV[a + 1])]))
   if req == nil then
     out[j] = redis.error_reply(err)
   else
     out[j] = decide_request(req)
   end
-  a = a + 4
+  a = a + 5
 end
 return out

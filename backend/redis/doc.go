@@ -141,18 +141,37 @@
 // ("used:end:prev" for a sliding window), under
 // <prefix>{<escaped identifier>}:<policy key>:<limit key> (Layout2Keys),
 // with the limit keys of key layout 2, or before that of layout 1
-// (driver.KeyV1: an unnamed limit's notation, Max included). A deployment
-// upgrades without restarting a window by running, for the longest window
-// of its policies (twice it for a sliding window),
+// (driver.KeyV1: an unnamed limit's notation, Max included): releases up
+// to 7016ead wrote key layout 1, abf6070 key layout 2. Layout 3 never
+// reads the old keys on its own, so an upgrade from those releases is
+// deployed with one of the views below (docs/MIGRATION.md, "Upgrading
+// throttlekit", has the steps and the figures).
 //
-//	store, err := rollout.Upgrade(backend.Layout2(), backend)
-//	// from key layout 1: rollout.Upgrade(rollout.KeyLayoutV1(backend.Layout2()), backend)
+// When every process of the old release stops before the first new one
+// starts, deploy, for the longest window of the policies (twice it for a
+// sliding window),
+//
+//	store, err := rollout.Upgrade(backend.Layout2(), backend)              // from key layout 2
+//	store, err := rollout.Upgrade(rollout.KeyLayoutV1(backend.Layout2()), backend) // from key layout 1
+//	store, err := rollout.UpgradeKeys(backend)                             // the same, from key layout 1
 //
 // which reads each identifier's old strings once, on its first decision,
 // and carries them into its hash in the same step as that decision (see
 // Seeding; TestLayoutUpgradeOnRealRedis: 300 clients calling through the
-// upgrade, 0 ResetAt changes, 0 double grants). Layout 3 never reads or
-// writes the old keys; they expire by their own TTL.
+// upgrade, 0 ResetAt changes, 0 double grants), then the backend alone.
+//
+// When old and new processes serve together (a rolling deploy), the old
+// ones keep counting in their strings, and Upgrade alone would count in
+// the hash beside them: each version would grant its own quota. Deploy
+// first
+//
+//	store, err := backend.Layout2Beside(2) // 1 from key layout 1
+//
+// which decides on both layouts in one script call and writes both, then,
+// once no old process runs, the Upgrade above, and the backend alone a
+// horizon later (TestUpgradeFromEarlierReleases builds 7016ead and abf6070
+// from their source and overlaps them with this code for 12 s: 0 ResetAt
+// changes, 0 grants over quota, standalone, groups and Cluster).
 //
 // # Scripts
 //
@@ -160,8 +179,9 @@
 // take.lua and seed.lua, embedded in the binary, each with the helpers they
 // share (common.lua) spliced in after its shebang line (and acquire.lua
 // and release.lua for leases, which need none of them: see Concurrency
-// leases; and peek_layout2.lua, which reads the strings of earlier
-// releases). Each gets the identifier's key in KEYS, and in ARGV the
+// leases; peek_layout2.lua, which reads the strings of earlier releases;
+// and decide_layout2.lua, which decides on those strings and the hash
+// together for Layout2Beside). Each gets the identifier's key in KEYS, and in ARGV the
 // throttler's now (in milliseconds and microseconds), the cost, the expiry
 // grace, and each limit's algorithm, Max, window, capacity, emission
 // interval and key. Each returns integers: the verdict and every limit's
@@ -207,9 +227,9 @@
 // seed.lua, one EVALSHA on the identifier's keys: it merges the given
 // states into the stored ones as driver.Merge does (a given state that
 // counts nothing at now is ignored, one the store lacks is taken as it is,
-// and when both count the newer wins: for one fixed window the larger
-// count, a different open window the given one, the later GCRA TAT, the
-// later sliding window), then decides the request's cost on the merged
+// and when both count: a fixed window keeps the End the store holds with
+// the larger of the two counts, whatever End the given one has; GCRA the
+// later TAT; sliding the later window), then decides the request's cost on the merged
 // states as driver.Decide does (cost 0: the merge alone), all in one atomic
 // step. The reply carries the verdict, the states after the step
 // (Outcome.States) and the states read before it (Outcome.Prior). The
@@ -327,16 +347,26 @@
 // redisgroups) the decisions of a round trip go as one call of
 // decide_many.lua, which decides them one after the other exactly as
 // decide.lua would (TestDecideManyMirrorsDecide), so Redis pays its
-// per-call cost once per round trip. On a Cluster the decisions of a round
-// trip that share a slot go as one decide_many.lua call and the others as
-// a call each, in one pipeline that go-redis splits by node. That is the
-// Cluster's ceiling: Redis 7 refuses a script whose declared keys span
-// slots, even with the allow-cross-slot-keys flag, and passing keys as
-// arguments would break the rule that a script declares every key it
-// touches, which Cluster routing and ACL key patterns rely on; so with
-// identifiers spread over 16,384 slots, nearly every decision pays Redis's
-// per-call cost, and a Cluster's throughput grows with its nodes rather
-// than with the batch.
+// per-call cost once per round trip. Up to two round trips are in flight
+// per server, each on a connection of the pool, so that the server runs
+// one while the other's reply and the next request travel.
+//
+// On a Cluster each primary has a batcher of its own, fed by the client's
+// slot map: a round trip carries the decisions of every slot that node
+// serves, as one call of decide_many.lua, and waits on no other node, so a
+// node that dies or hangs delays only its own slots' decisions
+// (TestClusterKillDegradesOnlyTheDeadNode: 0 degraded decisions on the
+// live primaries over ten kills). decide_many.lua is declared with
+// allow-cross-slot-keys, which lets a script touch keys of several slots
+// of its node if they are not declared: it declares its first key, for
+// routing, and reads the others from its arguments. Redis still checks
+// every command the script runs against the node's slots and the ACL's
+// key patterns. A decision whose key the node does not serve (the client's
+// slot map is behind a migration or a failover) is refused by the script
+// before anything is written for it and goes again alone through the
+// Cluster client, which follows the redirect; the client is asked to reload
+// its slot map. Peeks go through the Cluster client unbatched, so a client
+// that reads from replicas still does.
 //
 // # What Redis can lose
 //

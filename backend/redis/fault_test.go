@@ -19,6 +19,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // timeoutBound is a generous bound on a call under the default per-call
@@ -45,7 +46,7 @@ func TestServerDownAppliesFailureMode(t *testing.T) {
 			ctx := context.Background()
 			server := ownRedis(t)
 			b := mustBackend(t, kind.client(t, server.Addr()))
-			clock := throttler.NewManualClock(t0)
+			clock := throttlertest.NewManualClock(t0)
 			th := testkit.Throttler(t, b, throttler.WithClock(clock), throttler.WithLogger(nil))
 			open := mustPolicy(t, "open", "10/min")
 			closed := mustPolicy(t, "closed", "10/min", throttler.WithFailureMode(throttler.FailClosed))
@@ -149,7 +150,7 @@ func TestTimeoutBoundsAPausedServer(t *testing.T) {
 			// Unbatched: this counts the goroutines of the plain path (the
 			// batcher's own are covered in batch_test.go).
 			b := mustBackend(t, kind.client(t, server.Addr()), redisbackend.WithoutBatching())
-			th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithLogger(nil))
+			th := testkit.Throttler(t, b, throttler.WithClock(throttlertest.NewManualClock(t0)), throttler.WithLogger(nil))
 			p := mustPolicy(t, "paused", "10/min", throttler.WithFailureMode(throttler.FailClosed))
 			// Connected and the script cached: the pause meets the script
 			// call itself, not a dial.
@@ -251,7 +252,7 @@ func TestAbandonedCallsEndAtReadTimeout(t *testing.T) {
 	c := goredis.NewClient(&goredis.Options{Addr: server.Addr(), ReadTimeout: readTimeout})
 	t.Cleanup(func() { _ = c.Close() })
 	b := mustBackend(t, c, redisbackend.WithoutBatching()) // the plain path's goroutines
-	th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithLogger(nil),
+	th := testkit.Throttler(t, b, throttler.WithClock(throttlertest.NewManualClock(t0)), throttler.WithLogger(nil),
 		throttler.WithCallTimeout(50*time.Millisecond))
 	p := mustPolicy(t, "abandoned", "10/min")
 	r, err := th.Allow(ctx, p, "user")
@@ -297,7 +298,7 @@ func TestScriptFlushCostsNoDecision(t *testing.T) {
 			})
 			require.True(t, ok)
 			b := mustBackend(t, client, redisbackend.WithPrefix(newPrefix()), redisbackend.WithReadClient(reader))
-			clock := throttler.NewManualClock(t0)
+			clock := throttlertest.NewManualClock(t0)
 			th := testkit.Throttler(t, b, throttler.WithClock(clock), throttler.WithLogger(nil),
 				throttler.WithCallTimeout(5*time.Second))
 			p := mustPolicy(t, "flush", "1000/min, 10/min gcra burst=1000", throttler.WithFailureMode(throttler.FailClosed))
@@ -333,7 +334,7 @@ func TestClusterFailoverKeepsCounts(t *testing.T) {
 	c := cluster(t)
 	cc := newClusterClient(t, c, false)
 	b := mustBackend(t, cc, redisbackend.WithPrefix(newPrefix()))
-	th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithLogger(nil),
+	th := testkit.Throttler(t, b, throttler.WithClock(throttlertest.NewManualClock(t0)), throttler.WithLogger(nil),
 		throttler.WithCallTimeout(5*time.Second))
 	p := mustPolicy(t, "failover", "10/min, 100/h")
 	const id = "user:42"

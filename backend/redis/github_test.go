@@ -14,6 +14,7 @@ import (
 
 	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // GitHub's first fix: the reset time is stored beside the count, so it does
@@ -35,9 +36,9 @@ func TestResetAtNeverWobbles(t *testing.T) {
 			ctx := context.Background()
 			prefix := newPrefix()
 			p := mustPolicy(t, "core", "5000/h")
-			clocks := []*throttler.ManualClock{
-				throttler.NewManualClock(t0),
-				throttler.NewManualClock(t0.Add(700 * time.Millisecond)),
+			clocks := []*throttlertest.ManualClock{
+				throttlertest.NewManualClock(t0),
+				throttlertest.NewManualClock(t0.Add(700 * time.Millisecond)),
 			}
 			const perThrottler = 500
 			results := make([][]throttler.Result, len(clocks))
@@ -88,7 +89,7 @@ func TestReplicaPeekIgnoresClosedWindows(t *testing.T) {
 	s := standalone(t)
 	primary, replica := newClient(t, s.primary.Addr()), newClient(t, s.replica.Addr())
 	b := mustBackend(t, primary, redisbackend.WithPrefix(newPrefix()), redisbackend.WithReadClient(replica))
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	th := quiet(t, b, clock)
 	p := mustPolicy(t, "core", "5/min")
 	const id = "user:42"
@@ -167,7 +168,7 @@ func TestReplicaPeekAfterRealExpiry(t *testing.T) {
 	b := mustBackend(t, primary, redisbackend.WithPrefix(newPrefix()), redisbackend.WithReadClient(replica),
 		redisbackend.WithExpiryGrace(time.Second))
 	start := time.Now()
-	clock := throttler.NewManualClock(start)
+	clock := throttlertest.NewManualClock(start)
 	th := quiet(t, b, clock)
 	p := mustPolicy(t, "short", "3/10ms")
 	const id = "user:7"
@@ -231,7 +232,7 @@ func TestPeeksGoToReplicas(t *testing.T) {
 		require.Len(t, replicas, 3)
 		b := mustBackend(t, newClusterClient(t, c, false), redisbackend.WithPrefix(newPrefix()),
 			redisbackend.WithReadClient(newClusterClient(t, c, true)))
-		th := quiet(t, b, throttler.NewManualClock(t0))
+		th := quiet(t, b, throttlertest.NewManualClock(t0))
 		p := mustPolicy(t, "reads", "10/min, 100/h")
 		before, beforePrimaries := roCalls(t, replicas), roCalls(t, primaries)
 		const peeks = 30

@@ -17,6 +17,7 @@ import (
 	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 func mustConcurrency(tb testing.TB, name string, max int64, ttl time.Duration) *driver.ConcurrencyLimit {
@@ -112,7 +113,7 @@ func TestOneRoundTripPerLeaseOperation(t *testing.T) {
 	ctx := context.Background()
 	server := ownRedis(t)
 	c := newClient(t, server.Addr())
-	th := quiet(t, mustBackend(t, c), throttler.NewManualClock(t0))
+	th := quiet(t, mustBackend(t, c), throttlertest.NewManualClock(t0))
 	l, err := throttler.NewConcurrencyLimit("trip", 3, time.Minute)
 	require.NoError(t, err)
 	warm, err := th.Acquire(ctx, l, "warm-up")
@@ -188,7 +189,7 @@ func TestLeaseForeignValue(t *testing.T) {
 	}
 	l, err := throttler.NewConcurrencyLimit("conc", 2, time.Minute, throttler.WithFailureMode(throttler.FailClosed))
 	require.NoError(t, err)
-	lease, err := quiet(t, b, throttler.NewManualClock(t0)).Acquire(ctx, l, "user")
+	lease, err := quiet(t, b, throttlertest.NewManualClock(t0)).Acquire(ctx, l, "user")
 	require.NoError(t, err)
 	assert.True(t, lease.Degraded)
 	assert.False(t, lease.Acquired)

@@ -18,6 +18,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/localserver"
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // These tests measure what Redis itself can lose, for the package
@@ -57,7 +58,7 @@ func TestLaggingReplicaFailoverLosesUnreplicatedUnits(t *testing.T) {
 	replica := localserver.RedisReplicaT(t, primary, localserver.RedisOptions{})
 	prefix := newPrefix()
 	pc := newClient(t, primary.Addr())
-	th := quiet(t, mustBackend(t, pc, redisbackend.WithPrefix(prefix)), throttler.NewManualClock(t0))
+	th := quiet(t, mustBackend(t, pc, redisbackend.WithPrefix(prefix)), throttlertest.NewManualClock(t0))
 	p := mustPolicy(t, "lag", "1000/h")
 	require.Equal(t, 100, spend(t, th, p, "user", 100))
 	require.NoError(t, replica.WaitReplicaSynced(10*time.Second))
@@ -77,7 +78,7 @@ func TestLaggingReplicaFailoverLosesUnreplicatedUnits(t *testing.T) {
 	primary.Kill()
 	require.NoError(t, rc.Do(ctx, "REPLICAOF", "NO", "ONE").Err())
 
-	promoted := quiet(t, mustBackend(t, rc, redisbackend.WithPrefix(prefix)), throttler.NewManualClock(t0))
+	promoted := quiet(t, mustBackend(t, rc, redisbackend.WithPrefix(prefix)), throttlertest.NewManualClock(t0))
 	kept := used(t, promoted, p, "user")
 	lost := 100 + after - kept
 	t.Logf("failover from a replica cut off before the last %d decisions: %d of %d units kept, %d lost", after, kept, 100+after, lost)
@@ -90,7 +91,7 @@ func TestRestartWithoutPersistenceResetsEveryWindow(t *testing.T) {
 	server := ownRedis(t)
 	c := goredis.NewClient(&goredis.Options{Addr: server.Addr(), MaxRetries: 5})
 	t.Cleanup(func() { _ = c.Close() })
-	th := quiet(t, mustBackend(t, c, redisbackend.WithPrefix(newPrefix())), throttler.NewManualClock(t0))
+	th := quiet(t, mustBackend(t, c, redisbackend.WithPrefix(newPrefix())), throttlertest.NewManualClock(t0))
 	p := mustPolicy(t, "restart", "1000/h")
 	const ids, each = 10, 4
 	for i := range ids {
@@ -129,7 +130,7 @@ func TestEvictionPolicy(t *testing.T) {
 			assert.Equal(t, policy, got)
 			warned := logs.Count(slog.LevelWarn, "not noeviction")
 			th := testkit.Throttler(t, b, throttler.WithLogger(nil), throttler.WithCallTimeout(time.Second),
-				throttler.WithClock(throttler.NewManualClock(t0)))
+				throttler.WithClock(throttlertest.NewManualClock(t0)))
 			p := mustPolicy(t, "evict", "5/h", throttler.WithFailureMode(throttler.FailClosed))
 			require.Equal(t, 5, spend(t, th, p, "victim", 6), "the victim spends its quota")
 

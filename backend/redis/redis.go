@@ -206,7 +206,7 @@ func unreachable(err error) bool {
 type conn struct {
 	Client
 	detached bool
-	batch    *batcher // nil without WithBatching
+	batch    scriptRunner // nil without WithBatching
 }
 
 func newConn(c Client) conn {

@@ -17,6 +17,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 678_000_000, time.UTC)
@@ -101,7 +102,7 @@ func TestStoredLayout(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, standalone(t).primary.Addr())
 	b := mustBackend(t, c, redisbackend.WithPrefix(newPrefix()))
-	th := quiet(t, b, throttler.NewManualClock(t0))
+	th := quiet(t, b, throttlertest.NewManualClock(t0))
 	p := mustPolicy(t, "p", "5/s, 9/min sliding, 100/h gcra, 3/s gcra burst=7")
 	_, err := th.Allow(ctx, p, "a")
 	require.NoError(t, err)
@@ -186,7 +187,7 @@ func TestZeroBackendFailsWithoutPanicking(t *testing.T) {
 
 		// Through a throttler: an error, never a silent allow, and no panic.
 		if b != nil {
-			_, err = quiet(t, b, throttler.NewManualClock(t0)).Allow(ctx, p, "x")
+			_, err = quiet(t, b, throttlertest.NewManualClock(t0)).Allow(ctx, p, "x")
 			assert.ErrorIs(t, err, throttler.ErrNotInitialized, name)
 		}
 	}
@@ -199,7 +200,7 @@ func TestKeysOfAnIdentifierShareOneSlot(t *testing.T) {
 	cc := newClusterClient(t, cluster(t), false)
 	b := mustBackend(t, cc, redisbackend.WithPrefix(newPrefix()))
 	p := mustPolicy(t, "slots", "10/s, 100/min aligned, 1000/h, 50/min gcra burst=5")
-	th := quiet(t, b, throttler.NewManualClock(t0))
+	th := quiet(t, b, throttlertest.NewManualClock(t0))
 	for _, id := range []string{"user:42", "{user:42}", "}{", "{}", "a{b}c", "{a}", "x}y{z}", "ip:203.0.113.9", "\x00\xff{"} {
 		keys := append(b.Layout2Keys(testkit.Compile(t, p), id), b.Key(testkit.Compile(t, p), id),
 			b.LeaseKey(mustConcurrency(t, "uploads", 5, time.Minute), id))
@@ -296,7 +297,7 @@ func TestMatchesMemoryBackend(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			client, reader, syncReplicas := kind.client(t)
 			rb := mustBackend(t, client, redisbackend.WithPrefix(newPrefix()), redisbackend.WithReadClient(reader))
-			clock := throttler.NewManualClock(t0)
+			clock := throttlertest.NewManualClock(t0)
 			got, want := quiet(t, rb, clock), quiet(t, memorybackend.New(), clock)
 			rng := rand.New(rand.NewPCG(1, 2))
 			ids := []string{"alice", "bob", "{carol}"}
@@ -396,7 +397,7 @@ func TestForeignValueIsAnError(t *testing.T) {
 				assert.EqualValues(t, 1, n)
 			}
 
-			r, err := quiet(t, b, throttler.NewManualClock(now)).Allow(ctx, p, id)
+			r, err := quiet(t, b, throttlertest.NewManualClock(now)).Allow(ctx, p, id)
 			require.NoError(t, err)
 			assert.True(t, r.Degraded)
 			assert.False(t, r.Allowed)
@@ -405,7 +406,7 @@ func TestForeignValueIsAnError(t *testing.T) {
 
 			// Reset clears it.
 			require.NoError(t, b.Reset(ctx, testkit.Compile(t, p), id))
-			r, err = quiet(t, b, throttler.NewManualClock(now)).Allow(ctx, p, id)
+			r, err = quiet(t, b, throttlertest.NewManualClock(now)).Allow(ctx, p, id)
 			require.NoError(t, err)
 			assert.True(t, r.Allowed)
 			assert.False(t, r.Degraded, "%v", r.Err)
@@ -482,7 +483,7 @@ func TestResetDeletesTheKey(t *testing.T) {
 	cc := newClusterClient(t, cluster(t), false)
 	b := mustBackend(t, cc, redisbackend.WithPrefix(newPrefix()))
 	p := mustPolicy(t, "reset", "5/s, 50/min, 10/min gcra")
-	th := quiet(t, b, throttler.NewManualClock(t0))
+	th := quiet(t, b, throttlertest.NewManualClock(t0))
 	_, err := th.AllowN(ctx, p, "user", 3)
 	require.NoError(t, err)
 	key := b.Key(testkit.Compile(t, p), "user")
@@ -510,7 +511,7 @@ func TestExpiryFollowsTheStateEnd(t *testing.T) {
 	p := mustPolicy(t, "ttl", "5/min, 100/h aligned, 60/min gcra burst=10")
 	// An aligned hour starting 30 minutes from t0's hour.
 	now := time.Date(2030, 1, 2, 3, 30, 0, 0, time.UTC)
-	th := quiet(t, b, throttler.NewManualClock(now))
+	th := quiet(t, b, throttlertest.NewManualClock(now))
 	_, err := th.AllowN(ctx, p, "user", 4)
 	require.NoError(t, err)
 	key := b.Key(testkit.Compile(t, p), "user")
@@ -568,7 +569,7 @@ func TestOneRoundTripPerDecision(t *testing.T) {
 	server := ownRedis(t)
 	c := newClient(t, server.Addr())
 	b := mustBackend(t, c)
-	th := quiet(t, b, throttler.NewManualClock(t0))
+	th := quiet(t, b, throttlertest.NewManualClock(t0))
 	p := mustPolicy(t, "trip", "10/s, 100/min aligned, 1000/h, 20/s gcra burst=5")
 	_, err := th.Allow(ctx, p, "warm-up")
 	require.NoError(t, err)

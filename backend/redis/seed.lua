@@ -56,10 +56,8 @@ local function merge_one(l, h, g)
     end
     return h
   end
-  if g.End == h.End then
-    return {Used = math.max(h.Used, g.Used), End = h.End, Prev = 0}
-  end
-  return g
+  -- fixed windows: the held window stays, whatever End the given one has
+  return {Used = math.max(h.Used, g.Used), End = h.End, Prev = 0}
 end
 
 -- Merge. held is updated in place, as in Go.

@@ -27,7 +27,10 @@ import (
 // closing at now, open, previous, current and next aligned windows, TATs
 // before, at and after now, and a few ends near 2^53; with every cost from
 // 0 to beyond capacity, for random policies of every algorithm and a clock
-// that jumps both ways.
+// that jumps both ways. Over a thousand of the fixed and aligned given
+// windows are open beside another open window the store holds, where the
+// store keeps its End and the larger count; the test requires more than
+// 50 of each.
 func TestSeedScriptMirrorsGo(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, standalone(t).primary.Addr())
@@ -38,6 +41,10 @@ func TestSeedScriptMirrorsGo(t *testing.T) {
 	// took[alg] and ignored[alg] count given states that changed what the
 	// store held for a limit of that algorithm, and those that did not.
 	var took, ignored [4]int
+	// otherEnd[alg] counts, for the fixed and aligned windows, given
+	// windows open at now beside another open window the store held:
+	// the case in which the store keeps its End and the larger count.
+	var otherEnd [2]int
 	allowed, denied := 0, 0
 	for seq := 0; seq < sequences && time.Now().Before(deadline); seq++ {
 		p := randomPolicy(t, rng, seq)
@@ -69,6 +76,11 @@ func TestSeedScriptMirrorsGo(t *testing.T) {
 						took[dp.Limits[i].Algorithm]++
 					} else {
 						ignored[dp.Limits[i].Algorithm]++
+					}
+					l := &dp.Limits[i]
+					h, g := driver.InForce(l, model[i], now), driver.InForce(l, given[i], now)
+					if alg := l.Algorithm; alg <= driver.AlignedWindow && h != (driver.State{}) && g != (driver.State{}) && h.End != g.End {
+						otherEnd[alg]++
 					}
 				}
 				out, err := b.Seed(ctx, req, append([]driver.State(nil), given...))
@@ -113,8 +125,11 @@ func TestSeedScriptMirrorsGo(t *testing.T) {
 		}
 		require.Equal(t, model, storedStates(t, c, b, dp, id), "%s\n%s", p, strings.Join(trail, "\n"))
 	}
-	t.Logf("given states taken %v, ignored %v (fixed, aligned, GCRA, sliding); seeds with a cost: %d allowed, %d denied",
-		took, ignored, allowed, denied)
+	t.Logf("given states taken %v, ignored %v (fixed, aligned, GCRA, sliding); open beside another open window %v (fixed, aligned); seeds with a cost: %d allowed, %d denied",
+		took, ignored, otherEnd, allowed, denied)
+	for alg, n := range otherEnd {
+		require.Greater(t, n, 50, "algorithm %d: too few given windows beside another open one", alg)
+	}
 	for alg := range took {
 		require.Positive(t, took[alg], "algorithm %d: no given state was taken", alg)
 		require.Positive(t, ignored[alg], "algorithm %d: no given state was ignored", alg)

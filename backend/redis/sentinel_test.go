@@ -17,6 +17,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // sentinelMasterName is the name the sentinels of these tests monitor their
@@ -108,7 +109,7 @@ func testSentinelFailoverKeepsCounts(t *testing.T) {
 	client := newSentinelFailoverClient(t, s)
 	b, err := redisbackend.New(client, redisbackend.WithPrefix(newSentinelPrefix()))
 	require.NoError(t, err)
-	clock := throttler.NewManualClock(conformance.T0)
+	clock := throttlertest.NewManualClock(conformance.T0)
 	// The per-call timeout is generous so that a decision after the
 	// failover is never degraded by a slow machine. During the outage a call
 	// may take up to that long: go-redis retries refused dials with backoff.

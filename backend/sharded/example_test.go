@@ -8,6 +8,7 @@ import (
 	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
 	shardedbackend "github.com/throttlekit/throttlekit/backend/sharded"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // The generic core composes any backends; here three in-process memory
@@ -25,7 +26,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	clock := throttler.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
+	clock := throttlertest.NewManualClock(time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC))
 	th, err := throttler.New(backend, throttler.WithClock(clock))
 	if err != nil {
 		fmt.Println(err)

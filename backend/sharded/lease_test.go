@@ -13,13 +13,14 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // Leases go to the primary of the identifier's shard, and only there.
 func TestLeasesGoToTheOwner(t *testing.T) {
 	ctx := context.Background()
 	b := newMemoryLayout(t, "a", "b", "c")
-	th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)))
+	th := testkit.Throttler(t, b, throttler.WithClock(throttlertest.NewManualClock(t0)))
 	l, err := throttler.NewConcurrencyLimit("conc", 1, time.Minute)
 	require.NoError(t, err)
 	dl, err := driver.NewConcurrencyLimit("conc", 1, time.Minute)

@@ -13,6 +13,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // seedPolicy returns the backend's view of an unnamed fixed window of 5
@@ -165,7 +166,7 @@ func TestNonblockingWhenEveryServerIs(t *testing.T) {
 			b, err := New(c.shards)
 			require.NoError(t, err)
 			assert.Equal(t, c.nonblocking, b.Nonblocking())
-			th := testkit.Throttler(t, b, throttler.WithCallTimeout(time.Hour), throttler.WithClock(throttler.NewManualClock(t0)))
+			th := testkit.Throttler(t, b, throttler.WithCallTimeout(time.Hour), throttler.WithClock(throttlertest.NewManualClock(t0)))
 			probe.calls, probe.bounded = 0, 0
 			for _, id := range identifiers(40) {
 				if b.ShardFor(id) != "a" {

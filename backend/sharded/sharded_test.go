@@ -16,6 +16,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 var t0 = time.Date(2030, time.January, 2, 3, 4, 0, 0, time.UTC)
@@ -156,7 +157,7 @@ func TestDecideGoesToTheOwnerOnly(t *testing.T) {
 	b, err := New(shards)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a", "b", "c"}, b.Shards())
-	th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)))
+	th := testkit.Throttler(t, b, throttler.WithClock(throttlertest.NewManualClock(t0)))
 	policies := []*throttler.Policy{mustPolicy(t, "api", "3/min"), mustPolicy(t, "search", "10/h, 1/s")}
 	want := map[string]int{}
 	for _, id := range identifiers(300) {
@@ -183,7 +184,7 @@ func TestFailingShardFailsOnlyItsIdentifiers(t *testing.T) {
 	broken := &failing{}
 	b, err := New([]Shard{{Name: "a", Primary: memorybackend.New()}, {Name: "b", Primary: broken}, {Name: "c", Primary: memorybackend.New()}})
 	require.NoError(t, err)
-	th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)))
+	th := testkit.Throttler(t, b, throttler.WithClock(throttlertest.NewManualClock(t0)))
 	p := mustPolicy(t, "api", "5/min", throttler.WithFailureMode(throttler.FailClosed))
 	degraded, exact := 0, 0
 	for _, id := range identifiers(300) {
@@ -217,7 +218,7 @@ func TestFailingShardFailsOnlyItsIdentifiers(t *testing.T) {
 
 func TestPeekUsesReplicasThenPrimary(t *testing.T) {
 	ctx := context.Background()
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	p := mustPolicy(t, "api", "5/min")
 	store := memorybackend.New()
 	// Both replicas read the primary's store: what a replica in sync holds.
@@ -324,7 +325,7 @@ func TestPeekUsesReplicasThenPrimary(t *testing.T) {
 func TestRefundAndResetGoToTheOwner(t *testing.T) {
 	ctx := context.Background()
 	b := newMemoryLayout(t, "a", "b", "c")
-	th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)))
+	th := testkit.Throttler(t, b, throttler.WithClock(throttlertest.NewManualClock(t0)))
 	p := mustPolicy(t, "api", "5/min")
 	for _, id := range identifiers(30) {
 		_, err := th.AllowN(ctx, p, id, 3)
@@ -402,7 +403,7 @@ func TestCloseOfAGenericBackendDoesNothing(t *testing.T) {
 func TestConcurrentDecisionsAreExact(t *testing.T) {
 	ctx := context.Background()
 	b := newMemoryLayout(t, "a", "b", "c")
-	th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)))
+	th := testkit.Throttler(t, b, throttler.WithClock(throttlertest.NewManualClock(t0)))
 	p := mustPolicy(t, "api", "50/min")
 	ids := identifiers(6)
 	var allowed [6]atomic.Int64
@@ -447,7 +448,7 @@ func TestZeroBackendFailsWithoutPanicking(t *testing.T) {
 		assert.NoError(t, b.Close(), name)
 
 		if b != nil {
-			th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithLogger(nil))
+			th := testkit.Throttler(t, b, throttler.WithClock(throttlertest.NewManualClock(t0)), throttler.WithLogger(nil))
 			_, err := th.Allow(ctx, p, "x")
 			assert.ErrorIs(t, err, throttler.ErrNotInitialized, name)
 			assert.ErrorIs(t, th.Ping(ctx), throttler.ErrNotInitialized, name)

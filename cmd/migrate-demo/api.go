@@ -88,28 +88,89 @@ func warmUpAPI(plain http.Handler, legacy *legacyLimiter, share float64) http.Ha
 	})
 }
 
-// deployment is the API's handler of the moment: the warm-up's until the
-// demo deploys the rollout, which swaps it in one step. A request keeps the
-// handler it started with; every demo client waits for its response before
-// sending the next, so no client is ever served by both at once.
+// deployment is the API's processes behind a round-robin: each request
+// goes to the next process in turn, as a load balancer sends it. The
+// modes run one process, which the demo replaces in one step at the
+// deploy; the rolling deploy runs several and replaces them one at a time,
+// so that old and new code serve the same identifiers together. A request
+// keeps the handler it started with; every demo client waits for its
+// response before sending the next.
 type deployment struct {
-	current atomic.Pointer[http.Handler]
+	processes []atomic.Pointer[http.Handler]
+	turn      atomic.Uint64
 }
 
-// newDeployment serves h until deploy is called.
-func newDeployment(h http.Handler) *deployment {
-	d := &deployment{}
-	d.current.Store(&h)
+// newDeployment runs processes processes, each serving h until replaced.
+func newDeployment(processes int, h http.Handler) *deployment {
+	d := &deployment{processes: make([]atomic.Pointer[http.Handler], max(processes, 1))}
+	for i := range d.processes {
+		d.processes[i].Store(&h)
+	}
 	return d
 }
 
-// deploy makes h serve every request from now on.
-func (d *deployment) deploy(h http.Handler) { d.current.Store(&h) }
+// replace makes process i serve h from its next request on.
+func (d *deployment) replace(i int, h http.Handler) { d.processes[i].Store(&h) }
 
-// ServeHTTP implements http.Handler.
+// ServeHTTP implements http.Handler: the next process in turn serves r.
 func (d *deployment) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	(*d.current.Load()).ServeHTTP(w, r)
+	i := (d.turn.Add(1) - 1) % uint64(len(d.processes))
+	(*d.processes[i].Load()).ServeHTTP(w, r)
 }
+
+// deployer replaces the API's processes by new ones, next(i) for process
+// i, while the load keeps calling. It returns once only new processes
+// serve, or with ctx's error when ctx ends first.
+type deployer func(ctx context.Context, dep *deployment, next func(process int) http.Handler) error
+
+// deployAtOnce replaces every process at once: from one request to the
+// next, every client is served by new code. The modes deploy this way.
+func deployAtOnce(_ context.Context, dep *deployment, next func(int) http.Handler) error {
+	for i := range dep.processes {
+		dep.replace(i, next(i))
+	}
+	return nil
+}
+
+// rollingDeploy returns a deployer that replaces one process at a time,
+// the first at once and each next one spread later, the way a rolling
+// deploy goes: for (processes-1) × spread old and new code serve the same
+// identifiers together (issue 27, items 3 and 7). The rolling deploy leg
+// (runRollingDeploy) uses it.
+func rollingDeploy(spread time.Duration) deployer {
+	return func(ctx context.Context, dep *deployment, next func(int) http.Handler) error {
+		start := time.Now()
+		for i := range dep.processes {
+			if err := sleepUntil(ctx, start.Add(time.Duration(i)*spread)); err != nil {
+				return err
+			}
+			dep.replace(i, next(i))
+		}
+		return nil
+	}
+}
+
+// sleepUntil waits until t, or until ctx ends (its error).
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}
+
+// Both deploys plug in where a deployer is expected.
+var (
+	_ deployer = deployAtOnce
+	_ deployer = rollingDeploy(time.Second)
+)
 
 // setServedHeaders copies the request's served record to the response.
 func setServedHeaders(w http.ResponseWriter, r *http.Request) {

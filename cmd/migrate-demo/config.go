@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -84,16 +86,42 @@ type Config struct {
 	Progress time.Duration
 	// ProgressInPlace rewrites one terminal line instead of printing lines.
 	ProgressInPlace bool
+	// Verbose prints the full log (every phase's table) as the run goes;
+	// without it the screen shows a line per leg and the summary, and the
+	// log goes to the report and to a file beside it.
+	Verbose bool
+	// ReportPath is where the HTML report goes; the full log goes beside
+	// it, with the extension .log. Empty: a file named after the run's
+	// start in the system's temporary directory.
+	ReportPath string
+	// Stall runs the stalled Redis group after the modes (see runStall);
+	// it needs Redis servers the demo started itself.
+	Stall bool
+	// RollingDeploy runs the rolling deploy from the hand-written limiter
+	// after the modes (see runRollingDeploy); it needs memcached.
+	RollingDeploy bool
+}
+
+// reportPaths returns where the report and the log of a run started at
+// started go.
+func (c Config) reportPaths(started time.Time) (report, log string) {
+	report = c.ReportPath
+	if report == "" {
+		report = filepath.Join(os.TempDir(), "throttlekit-migrate-demo-"+started.Format("20060102-150405")+".html")
+	}
+	return report, strings.TrimSuffix(report, filepath.Ext(report)) + ".log"
 }
 
 // demoConfig returns the configuration of the full demo, or of the quick
 // one when short is set. The full one runs, in mirror and then in split
 // mode, a warm-up of one 10 s window on the old store and six ramp phases
 // of 5 s under a 30/10s limit, so that the deploy and every step fall in
-// the middle of open windows and a whole run stays near a minute and a
-// half; the quick one keeps every proportion (limit per second, clients
-// over their limit) on 2 s windows and phases of 1.25 s, for about 20 s in
-// all.
+// the middle of open windows (about 80 s for both); the quick one keeps
+// every proportion (limit per second, clients over their limit) on 2 s
+// windows and phases of 1.25 s, for about 20 s in all. The rolling deploy
+// adds six windows of its policy and a little more (about 32 s at 5 s, 13 s
+// at 2 s), the stalled Redis group three phases (15 s, or 3.75 s): about
+// two minutes in all, or 40 s.
 func demoConfig(short bool) Config {
 	c := Config{
 		Short:          short,
@@ -111,6 +139,8 @@ func demoConfig(short bool) Config {
 		Tolerance:      5,
 		CallTimeout:    500 * time.Millisecond,
 		Progress:       time.Second,
+		Stall:          true,
+		RollingDeploy:  true,
 	}
 	if short {
 		c.PhaseDuration = 1250 * time.Millisecond
@@ -131,7 +161,7 @@ func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) 
 	c := demoConfig(false)
 	var ramp, modes string
 	fs.BoolVar(&c.Embedded, "embedded", false, "run on in-memory backends, without servers")
-	fs.BoolVar(&c.Short, "short", false, `quick run (about 20 s): -duration 1.25s -policy "6/2s, 600/h" -rate 1.5 -abusive-rate 8 -progress 500ms`)
+	fs.BoolVar(&c.Short, "short", false, `quick run (about 40 s): -duration 1.25s -policy "6/2s, 600/h" -rate 1.5 -abusive-rate 8 -progress 500ms`)
 	fs.DurationVar(&c.WarmUp, "warmup", 0, "time on the old store alone before the rollout is deployed (0: one window of the shortest limit)")
 	fs.DurationVar(&c.PhaseDuration, "duration", c.PhaseDuration, "length of each ramp phase")
 	fs.StringVar(&ramp, "ramp", joinRamp(c.Ramp), "percentages of identifiers on the new backend, one per phase")
@@ -157,6 +187,12 @@ func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) 
 	fs.Float64Var(&c.Tolerance, "tolerance", c.Tolerance, "allowed gap, in percentage points, between measured and target share")
 	fs.DurationVar(&c.CallTimeout, "call-timeout", c.CallTimeout, "bound of each backend call")
 	fs.DurationVar(&c.Progress, "progress", c.Progress, "interval between progress lines, 0 for none")
+	fs.BoolVar(&c.Verbose, "v", false, "print the full log (every phase's table) instead of the summary alone")
+	fs.StringVar(&c.ReportPath, "report", "", "path of the HTML report, the log beside it as .log (empty: in "+os.TempDir()+")")
+	fs.BoolVar(&c.Stall, "stall", c.Stall, "after the modes, stop one Redis group's primary in short bursts while clients call "+
+		"(only on servers the demo starts)")
+	fs.BoolVar(&c.RollingDeploy, "rolling-deploy", c.RollingDeploy, "after the modes, a rolling deploy from the hand-written "+
+		"limiter: old and new processes together behind a round-robin (not with -embedded)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}

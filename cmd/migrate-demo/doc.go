@@ -6,7 +6,7 @@
 //
 //	make demo            # go run ./cmd/migrate-demo, on real servers (installs them when missing)
 //	make demo-embedded   # the same on in-memory backends
-//	go run ./cmd/migrate-demo -short   # about 20 s
+//	go run ./cmd/migrate-demo -short   # about 40 s
 //
 // # What runs
 //
@@ -49,6 +49,47 @@
 // fall in the middle of open windows: clients start one after another
 // over most of the warm-up, and a window (10 s) is longer than a phase, so
 // that windows open and close out of step.
+//
+// After the modes, on the servers (not with -embedded or
+// -rolling-deploy=false), the rolling deploy from the hand-written limiter
+// (issue 27, items 3 and 7; docs/MIGRATION.md, Step 0), on keys of its
+// own. The API runs as three processes behind a round-robin, each request
+// going to the next, and every client starts on the hand-written limiter.
+// Its policy is the one limit the hand-written limiter counts (the
+// policy's shortest fixed window) and nothing else, as Step 0 says, at a
+// window of at most 5 s with the same rate ("15/5s" for "30/10s"), so that
+// windows roll over while old and new code serve together; the summary
+// names it. Four phases:
+//
+//	old only     one window: the three processes run the hand-written limiter
+//	overlap      three windows: a rolling deploy replaces one process at the
+//	             start, one halfway and the last at the end by new code, a
+//	             throttler over a mirror rollout at 0 % from backend/legacy
+//	             with Deciding (counting in the hand-written limiter's keys, as
+//	             the old code does) to the Redis groups, written alongside
+//	100% mirror  no old process left: each new process goes to 100 %, a tenth
+//	             of a window apart (the Redis groups decide, the legacy keys
+//	             are still written), for a window and more
+//	Redis alone  one window: a second rolling deploy puts a throttler over the
+//	             Redis groups alone in their place
+//
+// Responses the new processes decided in the legacy keys name the store
+// "legacy/deciding": the same store as the hand-written limiter's
+// ("legacy"), so that a client served by old and new processes in turn
+// makes no move; its move to Redis comes at 100 %.
+//
+// Then, on the servers the demo started (not with -embedded,
+// -redis-shards or -stall=false), the stalled Redis group: the API decides
+// on the two Redis groups alone through a throttler and backends with
+// their default options (call timeout 100 ms, batching on), twice as many
+// clients call it (400), and group a's primary is stopped with SIGSTOP for
+// 250 ms at the start of every second, for one phase of three ramp phases
+// (15 s; 3.75 s with -short). Calls to the stopped group time out and the
+// middleware marks their responses degraded, which is allowed; every other
+// response must be the store's own verdict.
+//
+// The modes replace the API's one process in one step (deployAtOnce); the
+// rolling deploy replaces its three one at a time (rollingDeploy).
 //
 // Mirror mode decides on the store that serves an identifier and writes
 // the states it decided to the other store (driver.Seeder), so both hold
@@ -105,6 +146,12 @@
 //	-tolerance p         allowed gap between measured and target share, in points (5)
 //	-call-timeout d      bound of each backend call (500ms; see Timeouts)
 //	-progress d          interval of the progress line, 0 for none (1s; 500ms with -short)
+//	-v                   print the full log (every phase's table) as the run goes
+//	-report path         the HTML report; the full log goes beside it as .log (a file named
+//	                     after the run's start in the system's temporary directory)
+//	-rolling-deploy b    run the rolling deploy from the hand-written limiter after the
+//	                     modes (true; not with -embedded)
+//	-stall b             run the stalled Redis group at the end (true)
 //
 // When a server binary the run needs is missing and -embedded is not given,
 // the demo says which one and how to get it, and exits with status 2.
@@ -136,6 +183,14 @@
 //	                store that denies while it still holds quota shows here;
 //	                Used on a 429 is the throttler's too
 //
+//	contradicting   a result that contradicts the store: a response between
+//	                two of the same window (same R, which the store then held
+//	                throughout, a fixed window never coming back once ended)
+//	                that shows another R, or a Used outside theirs; several
+//	                in a row count each (see trail). A made-up window is also a
+//	                ResetAt change, and often a double grant, but counts once
+//	                here
+//
 // The hand-written limiter writes the same headers for the limit it
 // counts, under the same RateLimit member name, so the deploy itself is a
 // move the clients check. A response received from R-1 on may come from a
@@ -143,9 +198,25 @@
 //
 // # Reading the output
 //
-// While a phase runs, a progress line (rewritten in place on a terminal)
-// shows the request rate and the running counts. At each phase's end a
-// table has one row per side, the stores below it (the hand-written
+// The screen shows a line per leg while it runs (and a progress line,
+// rewritten in place, on a terminal), then the summary: the VERDICT line
+// first, a line per leg, and a table with one row per phase of every leg:
+// the share of identifiers on the new side and its target, responses,
+// allowed, denied, moves, ResetAt changes, double grants, contradicting
+// results, degraded responses, failed requests, and the p50 and p99 of the
+// time clients waited. Its last line names the HTML report and the log.
+//
+// The report is one self-contained HTML file (inline CSS and SVG, no
+// script, nothing fetched) that any browser opens from disk: the verdict,
+// the summary's table, and per leg five charts: each store's share of the
+// decisions per phase; responses per second over time by deciding store,
+// degraded in red, with the phases marked; grants (allowed, denied,
+// degraded) per phase; moves, ResetAt changes, double grants and
+// contradicting results per phase; and latency p50 and p99 per phase.
+// Hovering a bar shows its figure. The full log closes it.
+//
+// The full log, which -v prints as the run goes, has at each phase's end a
+// table with one row per side, the stores below it (the hand-written
 // limiter beside memcached during the warm-up, the shards of the new
 // side), and a total:
 //
@@ -162,31 +233,31 @@
 //	               certainly open, so that its Reset and Used had to carry over
 //	reset changes  ResetAt changes, on a move or not (see above)
 //	double grants  see above
+//	contradicting  see above
 //	429+quota      see above
 //	degraded       responses with X-RateLimit-Degraded: 1 (a store failed and
 //	               the policy's failure mode decided)
 //	errors         requests without a usable response: transport errors,
 //	               statuses other than 200 and 429, missing headers
 //
-// Below the table, the rollout's own counters for the phase: in mirror
-// mode the decisions written to the other store, how many of them found
-// it apart (rollout.Stats.MirrorDiverged: one per identifier in the first
-// phase after the deploy, then none) and the other store's errors; in
-// split mode the identifiers looked up on the other store, those seeded
-// from it, and lookups the serving store could not take; in shadow mode
-// the decisions compared and the mismatches by kind. Then how many
-// identifiers were looked up in the legacy counters and how many windows
-// were carried from them. Each mode ends with a summary, one row per
-// phase.
+// Below the table, the latency and the rollout's own counters for the
+// phase: in mirror mode the decisions written to the other store, how many
+// of them found it apart (rollout.Stats.MirrorDiverged: one per identifier
+// in the first phase after the deploy, then none) and the other store's
+// errors; in split mode the identifiers looked up on the other store,
+// those seeded from it, and lookups the serving store could not take; in
+// shadow mode the decisions compared and the mismatches by kind. Then how
+// many identifiers were looked up in the legacy counters and how many
+// windows were carried from them. Each mode ends with a summary, one row
+// per phase, and the first examples of every broken invariant.
 //
 // # Verdict
 //
-// The run ends with its length, one line per mode, "mirror mode: PASS
-// (...)" or "split mode: FAIL: ..." naming each broken invariant and the
-// phases it broke in, and the overall line, "VERDICT: PASS (...)" only when
-// every mode passed, else "VERDICT: FAIL: ...". A mode passes when, in
-// every phase, warm-up included: no ResetAt change, no double grant, no
-// denial claiming quota, the measured share on the new side within
+// The summary's first line is the verdict, "VERDICT: PASS (...)" only
+// when every leg passed, else "VERDICT: FAIL: ..." naming each broken
+// invariant with its leg and the phases it broke in. A mode passes when,
+// in every phase, warm-up included: no ResetAt change, no double grant, no
+// result contradicting the store, no denial claiming quota, the measured share on the new side within
 // -tolerance points of the target, some requests allowed and some denied,
 // no degraded response and no failed request; in mirror mode no error on
 // the other store, no shortfall (a store without driver.Seeder is mirrored
@@ -196,7 +267,18 @@
 // read of the other store; no failed or refused read of the legacy
 // counters, and, when clients started on the hand-written limiter, at
 // least one legacy window carried over; when moves happened, at least one
-// checked; and every phase ran. The exit status is 0 for a pass, 1 for a
+// checked; and every phase ran. The rolling deploy passes with, in every
+// phase, no ResetAt change, no double grant, no result contradicting the
+// store, no denial claiming quota, no degraded response and no failed
+// request; some allowed and some denied; during the overlap, responses
+// from both old and new processes and windows rolling over; at 100 %,
+// moves to Redis, some checked in an open window; in the last phase Redis
+// alone; no mirror write lost and no call the legacy backend could not
+// match to its window. The stalled group passes with no ResetAt
+// change, no double grant, no result contradicting the store, no denial
+// claiming quota and no failed request, some allowed and some denied, and
+// the stall seen by the clients (at least one burst, some degraded
+// responses). The exit status is 0 for a pass, 1 for a
 // fail (or an interrupted run), 2 when the demo could not run, 64 for bad
 // flags.
 //

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/http"
@@ -10,7 +9,7 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 
-	legacybackend "github.com/throttlekit/throttlekit/backend/legacy"
+	"github.com/throttlekit/throttlekit/internal/handwritten"
 	"github.com/throttlekit/throttlekit/middleware"
 	"github.com/throttlekit/throttlekit/throttler"
 )
@@ -20,19 +19,20 @@ import (
 const legacyStore = "legacy"
 
 // legacyLimiter is the hand-written limiter the demo's API ran before
-// throttlekit, as many APIs still do (GitHub's did): one fixed window per
-// identifier in memcached, in the classic layout that backend/legacy reads.
-// The counter key holds the number of requests in the window, denied ones
-// included, raised with INCR; the key plus legacybackend.ResetSuffix holds
-// the window's end in Unix seconds. A window opens at the first request
-// that finds none open and lasts its length, rounded up to a whole second.
+// throttlekit, as many APIs still do (GitHub's did): internal/handwritten,
+// one fixed window per identifier in memcached, in the classic layout that
+// backend/legacy reads. The counter key holds the number of requests in
+// the window, denied ones included, raised with INCR; the key plus
+// legacybackend.ResetSuffix holds the window's end in Unix seconds. A
+// window opens at the first request that finds none open and lasts its
+// length, rounded up to a whole second.
 //
 // It counts one limit of the API's policy (its shortest fixed window) and
 // nothing else. It is as simple as such code usually is: each identifier's
 // requests must not race, which holds here because every demo client sends
 // its requests one after another.
 type legacyLimiter struct {
-	mc *memcache.Client
+	counter handwritten.Limiter
 	// limit is the quota, window the window's length.
 	limit  int64
 	window time.Duration
@@ -44,25 +44,36 @@ type legacyLimiter struct {
 	member string
 }
 
-// newLegacyLimiter returns the limiter over mc that counts the fixed-window
-// limit of policy with the shortest window (the one that binds first), or
-// nil when the policy has none. Its keys start with prefix.
-func newLegacyLimiter(mc *memcache.Client, policy *throttler.Policy, prefix string) *legacyLimiter {
-	limits := policy.Limits()
-	var counted *throttler.Limit
-	for i, l := range limits {
-		if l.Algorithm == throttler.FixedWindow && (counted == nil || l.Window < counted.Window) {
-			counted = &limits[i]
+// legacyLimit returns the limit the hand-written limiter counts: policy's
+// fixed-window limit with the shortest window (the one that binds first),
+// and whether there is one.
+func legacyLimit(policy *throttler.Policy) (throttler.Limit, bool) {
+	var counted throttler.Limit
+	found := false
+	for _, l := range policy.Limits() {
+		if l.Algorithm == throttler.FixedWindow && (!found || l.Window < counted.Window) {
+			counted, found = l, true
 		}
 	}
-	if counted == nil {
+	return counted, found
+}
+
+// newLegacyLimiter returns the limiter over mc that counts the limit
+// legacyLimit picks from policy, or nil when the policy has none. Its keys
+// start with prefix.
+func newLegacyLimiter(mc *memcache.Client, policy *throttler.Policy, prefix string) *legacyLimiter {
+	counted, ok := legacyLimit(policy)
+	if !ok {
 		return nil
 	}
 	member := resourceName
-	if len(limits) > 1 {
+	if len(policy.Limits()) > 1 {
 		member += ":" + counted.Name
 	}
-	return &legacyLimiter{mc: mc, limit: counted.Max, window: counted.Window, prefix: prefix, member: member}
+	l := &legacyLimiter{limit: counted.Max, window: counted.Window, prefix: prefix, member: member}
+	l.counter = handwritten.Limiter{Client: mc, Limit: counted.Max, Window: counted.Window,
+		Key: func(identifier string) string { return l.key("", identifier) }}
+	return l
 }
 
 // key returns the counter key of identifier: the legacy code's own naming,
@@ -71,61 +82,10 @@ func (l *legacyLimiter) key(_, identifier string) string {
 	return l.prefix + ":rl:" + identifier
 }
 
-// legacyDecision is what the hand-written limiter decided for one request.
-type legacyDecision struct {
-	allowed bool
-	// count is the counter after the request, denied requests included.
-	count int64
-	// reset is the window's end, Unix seconds.
-	reset int64
-}
-
 // allow counts one request of identifier at now: a new window when the
 // stored one has ended or is missing, INCR otherwise.
-func (l *legacyLimiter) allow(now time.Time, identifier string) (legacyDecision, error) {
-	key := l.key("", identifier)
-	resetKey := key + legacybackend.ResetSuffix
-	items, err := l.mc.GetMulti([]string{key, resetKey})
-	if err != nil {
-		return legacyDecision{}, err
-	}
-	d := legacyDecision{}
-	if it, ok := items[resetKey]; ok {
-		if d.reset, err = strconv.ParseInt(string(it.Value), 10, 64); err != nil {
-			return legacyDecision{}, fmt.Errorf("legacy %s: %w", resetKey, err)
-		}
-	}
-	_, counted := items[key]
-	if counted && d.reset*1000 > now.UnixMilli() {
-		n, err := l.mc.Increment(key, 1)
-		if err == nil {
-			d.count = int64(n)
-			d.allowed = d.count <= l.limit
-			return d, nil
-		}
-		if !errors.Is(err, memcache.ErrCacheMiss) {
-			return legacyDecision{}, err
-		}
-		// Evicted between the two calls: open a new window.
-	}
-	// A new window. The counter is written before its reset time, so that
-	// a reader never pairs a fresh reset time with an old count.
-	end := now.Add(l.window)
-	d.reset = end.Unix()
-	if end.Nanosecond() != 0 {
-		d.reset++
-	}
-	// The items outlive the window a little: the reset time, not memcached's
-	// expiry (whole seconds, lazily applied), says when the window ends.
-	ttl := int32(l.window/time.Second) + 3
-	if err := l.mc.Set(&memcache.Item{Key: key, Value: []byte("1"), Expiration: ttl}); err != nil {
-		return legacyDecision{}, err
-	}
-	if err := l.mc.Set(&memcache.Item{Key: resetKey, Value: []byte(strconv.FormatInt(d.reset, 10)), Expiration: ttl}); err != nil {
-		return legacyDecision{}, err
-	}
-	d.count, d.allowed = 1, l.limit >= 1
-	return d, nil
+func (l *legacyLimiter) allow(now time.Time, identifier string) (handwritten.Decision, error) {
+	return l.counter.Allow(now, identifier)
 }
 
 // handler returns the legacy deployment's API: the limiter in front of
@@ -147,12 +107,12 @@ func (l *legacyLimiter) handler(identify middleware.IdentifierFunc, app http.Han
 			app.ServeHTTP(w, r)
 			return
 		}
-		used := min(d.count, l.limit)
+		used := min(d.Count, l.limit)
 		remaining := l.limit - used
-		untilReset := max(d.reset-now.Unix(), 0)
+		untilReset := max(d.Reset-now.Unix(), 0)
 		h.Set(middleware.HeaderUsed, strconv.FormatInt(used, 10))
-		h.Set(middleware.HeaderReset, strconv.FormatInt(d.reset, 10))
-		if d.allowed {
+		h.Set(middleware.HeaderReset, strconv.FormatInt(d.Reset, 10))
+		if d.Allowed {
 			h.Set(middleware.HeaderRemaining, strconv.FormatInt(remaining, 10))
 			h.Set(middleware.HeaderRateLimit, fmt.Sprintf("%s;r=%d;t=%d", sfString(l.member), remaining, untilReset))
 			app.ServeHTTP(w, r)

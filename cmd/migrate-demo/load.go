@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -23,8 +24,10 @@ import (
 type observation struct {
 	status   int
 	received time.Time
-	side     rollout.Side
-	store    string
+	// latency is how long the client waited for the response.
+	latency time.Duration
+	side    rollout.Side
+	store   string
 	// degraded responses carry no state headers: the failure mode made
 	// their figures up.
 	degraded bool
@@ -231,6 +234,12 @@ type sideCounts struct {
 	requests, allowed, denied, degraded     int64
 	resetChanges, doubleGrants, quotaClaims int64
 	moved, checked                          int64
+	// contradictions counts results that contradict the store (see
+	// contradicts), on the side of the contradicting result.
+	contradictions int64
+	// rolled counts windows that rolled over: responses that showed the
+	// next window of their limit, not a ResetAt change.
+	rolled int64
 }
 
 func (a *sideCounts) add(b sideCounts) {
@@ -243,6 +252,8 @@ func (a *sideCounts) add(b sideCounts) {
 	a.quotaClaims += b.quotaClaims
 	a.moved += b.moved
 	a.checked += b.checked
+	a.contradictions += b.contradictions
+	a.rolled += b.rolled
 }
 
 // clientPhase is one client's record of one phase.
@@ -257,6 +268,11 @@ type clientPhase struct {
 	seen      bool
 	lastSide  rollout.Side
 	lastStore string
+	// decisions counts responses by the store that decided them
+	// (X-Demo-Store), degraded ones included; latencies holds the time
+	// each response took.
+	decisions map[string]int64
+	latencies []time.Duration
 }
 
 // client is one API token, driven by one goroutine that sends requests
@@ -280,6 +296,9 @@ type client struct {
 	// of each limit; only the driver uses them.
 	prev    *observation
 	windows map[string]*windowSeen
+	// trails follows, per limit, the non-degraded responses whose binding
+	// limit it was, to count the results that contradict the store.
+	trails map[string]*trail
 	// mirrored is the phase in which the client received the response to
 	// its first request sent after the deploy that the store decided (not
 	// degraded), -1 until then. From the
@@ -302,6 +321,8 @@ type load struct {
 	samples  errorSamples
 	// evidence keeps the first responses that broke an invariant.
 	evidence errorSamples
+	// timeline counts responses per second of the run.
+	timeline timeline
 }
 
 // newLoad prepares cfg.Identifiers clients of url, for phases phases.
@@ -319,6 +340,7 @@ func newLoad(cfg Config, url string, phases int, stagger time.Duration, legacy f
 		DisableCompression:  true,
 	}
 	l := &load{url: url, transport: tr, http: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
+	l.timeline.start = time.Now()
 	for i := range n {
 		abusive := int(float64(i+1)*cfg.AbusiveShare) > int(float64(i)*cfg.AbusiveShare)
 		rate := cfg.NormalRate
@@ -331,6 +353,7 @@ func newLoad(cfg Config, url string, phases int, stagger time.Duration, legacy f
 			abusive:  abusive,
 			legacy:   legacy(token),
 			windows:  map[string]*windowSeen{},
+			trails:   map[string]*trail{},
 			interval: time.Duration(float64(time.Second) / rate),
 			start:    time.Duration(float64(stagger) * float64(i) / float64(n)),
 			phases:   make([]clientPhase, phases+1),
@@ -405,13 +428,15 @@ func (l *load) send(ctx context.Context, c *client) {
 	}
 	req.Header.Set(tokenHeader, "token "+c.token)
 	sent := sending{phase: l.phase.Load(), deployed: l.deployed.Load()}
+	start := time.Now()
 	resp, err := l.http.Do(req)
-	received := time.Now()
 	var obs observation
 	if err == nil {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 		_ = resp.Body.Close()
+		received := time.Now()
 		obs, err = readObservation(resp.StatusCode, resp.Header, received)
+		obs.latency = received.Sub(start)
 	}
 	l.record(ctx, c, sent, obs, err)
 }
@@ -432,11 +457,17 @@ func (l *load) record(ctx context.Context, c *client, sent sending, obs observat
 	defer c.mu.Unlock()
 	phase := l.phase.Load()
 	p := &c.phases[phase]
+	l.timeline.add(time.Now(), obs, err)
 	if err != nil {
 		p.errors++
 		l.samples.add(err)
 		return
 	}
+	if p.decisions == nil {
+		p.decisions = map[string]int64{}
+	}
+	p.decisions[obs.store]++
+	p.latencies = append(p.latencies, obs.latency)
 	win := c.windows[obs.member]
 	j := judge(c.prev, win, obs)
 	s := &p.sides[obs.side]
@@ -462,12 +493,13 @@ func (l *load) record(ctx context.Context, c *client, sent sending, obs observat
 	s.quotaClaims += b2i(j.quotaClaim)
 	s.moved += b2i(j.moved)
 	s.checked += b2i(j.checked)
+	s.rolled += b2i(win != nil && obs.reset != win.reset && !j.resetChange)
 	for _, broken := range []struct {
 		yes  bool
 		name string
 	}{{j.resetChange, "ResetAt change"}, {j.doubleGrant, "double grant"}, {j.quotaClaim, "denial claiming quota"}} {
 		if broken.yes {
-			l.evidence.addf("%s: %s %s", broken.name, c.token, describeChange(c.prev, win, obs))
+			l.evidence.addKindf(broken.name, "%s %s", c.token, describeChange(c.prev, win, obs))
 		}
 	}
 	if win == nil {
@@ -476,6 +508,101 @@ func (l *load) record(ctx context.Context, c *client, sent sending, obs observat
 	}
 	win.add(obs)
 	c.prev = &obs
+
+	tr := c.trails[obs.member]
+	if tr == nil {
+		tr = &trail{}
+		c.trails[obs.member] = tr
+	}
+	anchor := tr.anchor // next moves it on
+	bad := tr.next(obs)
+	l.timeline.contradicted(time.Now(), len(bad))
+	for _, r := range bad {
+		p.sides[r.side].contradictions++
+		l.evidence.addKindf(contradictingKind, "%s %s", c.token, describeTrail(*anchor, r, obs))
+	}
+}
+
+// contradictingKind names the evidence of results contradicting the
+// store.
+const contradictingKind = "result contradicting the store"
+
+// maxSuspects bounds the responses a trail holds while it waits for the
+// window they interrupt to show again.
+const maxSuspects = 16
+
+// trail follows the responses of one limit of one client, to count the
+// results that contradict the store.
+//
+// The anchor is the latest response whose window the store is known to
+// have held; suspects are the responses since, received while the
+// anchor's window was certainly open (before its Reset minus a second),
+// that showed another window. When a later response shows the anchor's
+// window again, the store held that one window from before the anchor was
+// decided until after that response was: a fixed window never comes back
+// once ended, and two windows of one identifier cannot end within the same
+// second. Every suspect, decided in between, then contradicts the store:
+// a non-degraded result describing a window the store never held. So does
+// a response of the anchor's window whose Used is below the anchor's (the
+// client is the only one spending its token's quota, and nothing gives
+// units back in the demo), or a suspect with the anchor's Reset whose Used
+// lies outside the anchor's and the later response's. Used is
+// X-RateLimit-Used on a 200, the throttler's own X-Demo-Result-Used on a
+// 429 (the standard header says Limit there).
+//
+// A response that shows another window once the anchor's may have ended
+// becomes the anchor, and suspects never confirmed are dropped: the
+// ResetAt and double grant checks (judge) still judge each of them from
+// what came before. A made-up result is counted here once, however many
+// of those checks it also breaks.
+type trail struct {
+	anchor   *observation
+	suspects []observation
+}
+
+// next adds n, the limit's next non-degraded response, and returns the
+// responses it shows to contradict the store.
+func (t *trail) next(n observation) []observation {
+	a := t.anchor
+	if a == nil {
+		t.anchor = &n
+		return nil
+	}
+	open := n.received.UnixMilli() < (a.reset-1)*1000
+	switch {
+	case n.reset == a.reset:
+		var bad []observation
+		for _, s := range t.suspects {
+			if s.reset != a.reset || s.used < a.used || s.used > n.used {
+				bad = append(bad, s)
+			}
+		}
+		t.suspects = t.suspects[:0]
+		if n.used < a.used {
+			return append(bad, n)
+		}
+		t.anchor = &n
+		return bad
+	case open:
+		if len(t.suspects) == maxSuspects {
+			t.suspects = t.suspects[1:]
+		}
+		t.suspects = append(t.suspects, n)
+		return nil
+	}
+	t.anchor, t.suspects = &n, t.suspects[:0]
+	return nil
+}
+
+// describeTrail shows a contradicting response r of a limit between the
+// anchor and n, which show the window the store held, for the evidence
+// list.
+func describeTrail(anchor, r, n observation) string {
+	show := func(o observation) string {
+		return fmt.Sprintf("[%d from %s, received %s: Reset %d Used %d]", o.status, o.store,
+			o.received.Format("15:04:05.000"), o.reset, o.used)
+	}
+	return fmt.Sprintf("%s: %s between %s and %s", r.member, show(r), show(anchor), show(n))
 }
 
 // describeChange shows a response, the one before it and the window its
@@ -516,6 +643,8 @@ type phaseTotals struct {
 	stores     map[string]int
 	storeSides map[string]rollout.Side
 	active     int
+	// decisions counts responses by the store that decided them.
+	decisions map[string]int64
 	// unmirrored counts the clients that had no decided response to a
 	// request sent after the deploy before the phase began: the identifiers whose
 	// first mirrored write may fall in the phase.
@@ -531,10 +660,13 @@ func (t phaseTotals) all() sideCounts {
 // collect sums phase i over all clients. After setPhase moved past i, the
 // result is final.
 func (l *load) collect(i int) phaseTotals {
-	t := phaseTotals{stores: map[string]int{}, storeSides: map[string]rollout.Side{}}
+	t := phaseTotals{stores: map[string]int{}, storeSides: map[string]rollout.Side{}, decisions: map[string]int64{}}
 	for _, c := range l.clients {
 		c.mu.Lock()
 		p, mirrored := c.phases[i], c.mirrored
+		for store, n := range p.decisions {
+			t.decisions[store] += n
+		}
 		c.mu.Unlock()
 		t.sides[0].add(p.sides[0])
 		t.sides[1].add(p.sides[1])
@@ -552,25 +684,137 @@ func (l *load) collect(i int) phaseTotals {
 	return t
 }
 
-// errorSamples keeps the first few distinct failure messages, for the
-// report.
+// latencies returns the 50th and 99th percentiles of the time responses
+// recorded in phase i took; zero without responses.
+func (l *load) latencies(i int) (p50, p99 time.Duration) {
+	var all []time.Duration
+	for _, c := range l.clients {
+		c.mu.Lock()
+		all = append(all, c.phases[i].latencies...)
+		c.mu.Unlock()
+	}
+	return quantile(all, 0.50), quantile(all, 0.99)
+}
+
+// quantile returns the q-quantile of d (nearest rank), sorting d; zero
+// when d is empty.
+func quantile(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	if !sort.SliceIsSorted(d, func(i, j int) bool { return d[i] < d[j] }) {
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	}
+	rank := int(math.Ceil(q*float64(len(d)))) - 1
+	return d[min(max(rank, 0), len(d)-1)]
+}
+
+// timeline counts responses per second since the load was made, for the
+// report's charts over time.
+type timeline struct {
+	start   time.Time
+	mu      sync.Mutex
+	seconds []timeBucket
+}
+
+// timeBucket is one second of a timeline.
+type timeBucket struct {
+	// stores counts responses by the store that decided them (degraded
+	// ones included); degraded and errors count those responses and the
+	// failed requests.
+	stores           map[string]int64
+	allowed, denied  int64
+	degraded, errors int64
+	// contradictions counts results that contradict the store, in the
+	// second the response that showed it arrived.
+	contradictions int64
+}
+
+// add counts, at now, obs or the failure err.
+func (t *timeline) add(now time.Time, obs observation, err error) {
+	i := int(now.Sub(t.start) / time.Second)
+	if i < 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for len(t.seconds) <= i {
+		t.seconds = append(t.seconds, timeBucket{stores: map[string]int64{}})
+	}
+	b := &t.seconds[i]
+	switch {
+	case err != nil:
+		b.errors++
+		return
+	case obs.status == http.StatusOK:
+		b.allowed++
+	default:
+		b.denied++
+	}
+	if obs.degraded {
+		b.degraded++
+	}
+	b.stores[obs.store]++
+}
+
+// contradicted counts n results contradicting the store, seen at now.
+func (t *timeline) contradicted(now time.Time, n int) {
+	i := int(now.Sub(t.start) / time.Second)
+	if i < 0 || n == 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for len(t.seconds) <= i {
+		t.seconds = append(t.seconds, timeBucket{stores: map[string]int64{}})
+	}
+	t.seconds[i].contradictions += int64(n)
+}
+
+// snapshot returns a copy of the seconds counted so far.
+func (t *timeline) snapshot() []timeBucket {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]timeBucket, len(t.seconds))
+	for i, b := range t.seconds {
+		out[i] = b
+		out[i].stores = make(map[string]int64, len(b.stores))
+		for k, v := range b.stores {
+			out[i].stores[k] = v
+		}
+	}
+	return out
+}
+
+// errorSamples keeps the first few distinct failure messages of each
+// kind, for the report.
 type errorSamples struct {
-	mu   sync.Mutex
-	msgs map[string]int
+	mu    sync.Mutex
+	msgs  map[string]int
+	kinds map[string]int // distinct messages kept per kind
 }
 
 const maxErrorSamples = 5
 
-func (e *errorSamples) add(err error) { e.addf("%v", err) }
+func (e *errorSamples) add(err error) { e.addKindf("", "%v", err) }
 
-func (e *errorSamples) addf(format string, args ...any) {
+// addKindf keeps "kind: message" unless maxErrorSamples others of the
+// kind are kept already, so that frequent kinds do not hide rare ones.
+func (e *errorSamples) addKindf(kind, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if kind != "" {
+		msg = kind + ": " + msg
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.msgs == nil {
-		e.msgs = map[string]int{}
+		e.msgs, e.kinds = map[string]int{}, map[string]int{}
 	}
-	if _, ok := e.msgs[fmt.Sprintf(format, args...)]; ok || len(e.msgs) < maxErrorSamples {
-		e.msgs[fmt.Sprintf(format, args...)]++
+	if _, ok := e.msgs[msg]; ok {
+		e.msgs[msg]++
+	} else if e.kinds[kind] < maxErrorSamples {
+		e.msgs[msg] = 1
+		e.kinds[kind]++
 	}
 }
 

@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,9 +19,12 @@ import (
 
 	legacybackend "github.com/throttlekit/throttlekit/backend/legacy"
 	memcachedbackend "github.com/throttlekit/throttlekit/backend/memcached"
+	"github.com/throttlekit/throttlekit/internal/handwritten"
+	"github.com/throttlekit/throttlekit/internal/headless"
 	"github.com/throttlekit/throttlekit/internal/localserver"
 	"github.com/throttlekit/throttlekit/rollout"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // runDemo runs the demo in-process with cfg and returns its verdict and
@@ -29,6 +35,10 @@ func runDemo(t *testing.T, cfg Config) (Verdict, string) {
 	// same time: a stalled call would fail open and show as a degraded
 	// response, which is about the machine, not the migration.
 	cfg.CallTimeout = 2 * time.Second
+	cfg.Verbose = true
+	if cfg.ReportPath == "" {
+		cfg.ReportPath = filepath.Join(t.TempDir(), "report.html")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
@@ -42,14 +52,16 @@ func runDemo(t *testing.T, cfg Config) (Verdict, string) {
 
 // assertPassed checks a run's report: for each mode, one table per phase
 // (the warm-up and the ramp), the mode's summary and its passing verdict;
-// then a passing overall verdict.
-func assertPassed(t *testing.T, v Verdict, out string, modes []rollout.Mode, phases int) {
+// then a passing overall verdict, and the summary that ends the output.
+// legs counts the legs beyond the modes (the rolling deploy, the stalled
+// group), legRows their rows in the summary's table.
+func assertPassed(t *testing.T, v Verdict, out string, modes []rollout.Mode, phases, legs, legRows int) {
 	t.Helper()
 	if !v.Pass {
 		t.Errorf("verdict: %s\noutput:\n%s", v.Line, out)
 		return
 	}
-	require.Len(t, v.Modes, len(modes))
+	require.Len(t, v.Modes, len(modes)+legs)
 	for i, m := range modes {
 		mv := v.Modes[i]
 		assert.Equal(t, m, mv.Mode)
@@ -67,6 +79,10 @@ func assertPassed(t *testing.T, v Verdict, out string, modes []rollout.Mode, pha
 	assert.Contains(t, out, "  backend ")
 	assert.Contains(t, out, "\nVERDICT: PASS (")
 	assert.Empty(t, v.Failures)
+	sum := readSummary(t, out)
+	assert.Equal(t, v.Line, sum.verdict, "the summary begins with the verdict")
+	assert.Len(t, sum.rows, 1+len(modes)*phases+legRows, "a row per phase")
+	assert.FileExists(t, sum.report)
 }
 
 // requireServers skips the test when a server binary is missing, or fails
@@ -86,18 +102,37 @@ func requireServers(t *testing.T) {
 // TestShortRunOnServers is `-short` on real servers: one memcached, two
 // Redis primaries with a replica each, half the clients first on the
 // hand-written limiter, the warm-up and the ramp up and back down in mirror
-// and then split mode. Every invariant must hold in both.
+// and then split mode; then the rolling deploy from the hand-written
+// limiter, and the stalled group. Every invariant must hold in each.
 func TestShortRunOnServers(t *testing.T) {
 	localserver.SkipIfShort(t)
 	requireServers(t)
 	cfg := demoConfig(true)
 	v, out := runDemo(t, cfg)
-	assertPassed(t, v, out, cfg.Modes, 1+len(cfg.Ramp))
+	assertPassed(t, v, out, cfg.Modes, 1+len(cfg.Ramp), 2, deployPhases+1)
 	assert.Contains(t, out, "old memcached")
 	assert.Contains(t, out, "\n    legacy ", "the warm-up shows the hand-written limiter's clients")
 	assert.Contains(t, out, "redis/a")
 	assert.Contains(t, out, "redis/b")
 	assert.Regexp(t, `legacy windows carried over\)`, v.Modes[0].Line)
+	// The report shows what the summary says, in a real browser when
+	// there is one (the run is too long to repeat for the browser alone).
+	if _, err := headless.LookPath(); err == nil || localserver.RequireServers() {
+		assertReportShows(t, headless.RequireT(t), readSummary(t, out), "migrate-demo-report-servers.png")
+	}
+	deploy := v.Modes[2]
+	assert.Equal(t, deployLegName, deploy.Leg)
+	assert.Regexp(t, `^rolling deploy: PASS · policy 6/2s, the hand-written limiter's own limit · 3 processes, `+
+		`old and new together for 6\.\d s, [1-9][\d,]* windows rolled over meanwhile · [\d,]+ responses from 200 clients, `+
+		`[1-9][\d,]* moves \([1-9][\d,]* checked in an open window\), 0 ResetAt changes, 0 double grants, 0 contradicting$`, deploy.Line)
+	for _, phase := range []string{"1 old only", "2 overlap", "3 100% mirror", "4 Redis alone"} {
+		assert.Regexp(t, `\n  deploy +`+regexp.QuoteMeta(phase)+`  `, out, "the summary's row of the rolling deploy's phase")
+	}
+	assert.Contains(t, out, "\n    legacy/deciding ", "new processes decided in the legacy keys during the overlap")
+	stall := v.Modes[3]
+	assert.Equal(t, stallLegName, stall.Leg)
+	assert.Regexp(t, `^stalled Redis group: PASS \(\d+ bursts of 250ms, .* [1-9][\d,]* degraded and marked; `+
+		`0 results contradicting the store`, stall.Line)
 }
 
 // TestShortRunEmbedded is `-short -embedded`: the same on a memory backend
@@ -107,7 +142,9 @@ func TestShortRunEmbedded(t *testing.T) {
 	cfg := demoConfig(true)
 	cfg.Embedded = true
 	v, out := runDemo(t, cfg)
-	assertPassed(t, v, out, cfg.Modes, 1+len(cfg.Ramp))
+	assertPassed(t, v, out, cfg.Modes, 1+len(cfg.Ramp), 0, 0)
+	assert.Contains(t, out, "rolling deploy: not run (-embedded: the hand-written limiter needs memcached)")
+	assert.Contains(t, out, "stalled Redis group: not run (-embedded: no server to stop)")
 	assert.Contains(t, out, "memory/a")
 	assert.Contains(t, out, "memory/b")
 	assert.NotContains(t, out, "\n    legacy ")
@@ -181,7 +218,7 @@ func TestUnleashSetsThePercentage(t *testing.T) {
 	cfg.Embedded, cfg.Ramp, cfg.Modes, cfg.Progress = true, []int{0}, []rollout.Mode{rollout.SplitMode}, 0
 	cfg.UnleashURL, cfg.UnleashToken = srv.URL+"/api", "secret-token"
 	v, out := runDemo(t, cfg)
-	assertPassed(t, v, out, cfg.Modes, 2)
+	assertPassed(t, v, out, cfg.Modes, 2, 0, 0)
 	assert.Contains(t, out, "phase 2/2: Unleash says 50% on new")
 	assert.Positive(t, fetches.Load())
 }
@@ -315,6 +352,70 @@ func TestJudge(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
+// TestTrail is a timeline of one client's responses of one limit, whose
+// window shows Reset 101 (certainly open until 100 s): the results that
+// contradict the store are those between two responses of one window that
+// show another window, or a Used outside theirs.
+func TestTrail(t *testing.T) {
+	type step struct {
+		recvMs, reset, used int64
+		// want lists the used figures of the responses this one shows to
+		// contradict the store.
+		want []int64
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"one window, Used rising", []step{{95_000, 101, 1, nil}, {96_000, 101, 2, nil}, {97_000, 101, 3, nil}}},
+		{"a made-up window between two of the real one", []step{
+			{95_000, 101, 5, nil}, {96_000, 106, 1, nil}, {96_500, 101, 6, []int64{1}}}},
+		{"two made-up windows in a row", []step{
+			{95_000, 101, 5, nil}, {96_000, 106, 1, nil}, {96_100, 107, 1, nil}, {96_500, 101, 7, []int64{1, 1}}}},
+		{"Used going down within the window", []step{{95_000, 101, 5, nil}, {96_000, 101, 2, []int64{2}}, {97_000, 101, 6, nil}}},
+		{"a suspect of the same window with Used above the next", []step{
+			{95_000, 101, 5, nil}, {96_000, 101, 9, nil}, {97_000, 101, 7, []int64{7}}}},
+		{"the next window, once the last may have ended", []step{{95_000, 101, 5, nil}, {100_200, 111, 1, nil},
+			{101_000, 111, 2, nil}}},
+		{"a new window that never shows the old one again", []step{{95_000, 101, 5, nil}, {96_000, 106, 1, nil},
+			{100_500, 111, 1, nil}, {101_000, 111, 2, nil}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var tr trail
+			for i, s := range tc.steps {
+				got := tr.next(observation{status: http.StatusOK, received: time.UnixMilli(s.recvMs), reset: s.reset,
+					used: s.used, member: "core:30/10s"})
+				var used []int64
+				for _, o := range got {
+					used = append(used, o.used)
+				}
+				assert.Equal(t, s.want, used, "step %d", i)
+			}
+		})
+	}
+}
+
+func TestJudgeStall(t *testing.T) {
+	good := phaseResult{stalls: 14, stalled: 3500 * time.Millisecond, target: 100}
+	good.totals.sides[1] = sideCounts{requests: 1000, allowed: 800, denied: 200, degraded: 90}
+	v := judgeStall(good, nil, 400)
+	assert.True(t, v.Pass, v.Line)
+	assert.Equal(t, "stalled Redis group: PASS (14 bursts of 250ms, 3.5 s stopped: 1,000 responses from 400 clients, "+
+		"90 degraded and marked; 0 results contradicting the store, 0 ResetAt changes, 0 double grants, "+
+		"0 denials claiming quota, 0 failed)", v.Line)
+
+	bad := good
+	bad.totals.sides[1].contradictions, bad.totals.sides[1].resetChanges, bad.totals.sides[1].doubleGrants = 6, 12, 4
+	bad.totals.sides[1].degraded, bad.totals.errors = 0, 2
+	v = judgeStall(bad, errors.New("redis-server on 127.0.0.1:1 is not running"), 400)
+	assert.False(t, v.Pass)
+	assert.Equal(t, []string{
+		"no ResetAt change (12)", "no double grant (4)", "no result contradicting the store (6)",
+		"no failed requests (2)", "the stall reached the clients (14 bursts, 0 degraded responses)",
+		"the group stopped and resumed (redis-server on 127.0.0.1:1 is not running)",
+	}, v.Failures)
+}
+
 func TestWindowSeen(t *testing.T) {
 	var w windowSeen
 	ok := func(reset, used int64) observation {
@@ -424,13 +525,14 @@ func TestJudgeMode(t *testing.T) {
 	assert.True(t, strings.HasPrefix(v.Line, "mirror mode: PASS (3 phases, warm-up → 0% → 50%: "), v.Line)
 
 	bad := good(2, 50, 60)
-	bad.totals.sides[1] = sideCounts{resetChanges: 2, doubleGrants: 3, quotaClaims: 1, degraded: 1, moved: 4}
+	bad.totals.sides[1] = sideCounts{resetChanges: 2, doubleGrants: 3, contradictions: 2, quotaClaims: 1, degraded: 1, moved: 4}
 	bad.totals.errors = 4
 	v = judgeMode([]phaseResult{good(0, 0, 0), good(1, 0, 0), bad}, cfg, modeRun{mode: rollout.SplitMode, planned: 4})
 	assert.False(t, v.Pass)
 	assert.Equal(t, []string{
 		"no ResetAt change (phase 3: 2, with 5 moves)",
 		"no double grant (phase 3: 3)",
+		"no result contradicting the store (phase 3: 2)",
 		"no denial claiming quota (phase 3: 1)",
 		"share on new backend (phase 3: 60.0%, target 50% ± 5)",
 		"no degraded responses (phase 3: 1)",
@@ -496,10 +598,11 @@ func TestJudgeRun(t *testing.T) {
 	pass := func(m rollout.Mode) ModeVerdict {
 		return ModeVerdict{Mode: m, Pass: true, Line: m.String() + " mode: PASS (...)", requests: 100, moves: 10, checked: 4}
 	}
-	v := judgeRun([]ModeVerdict{pass(rollout.MirrorMode), pass(rollout.SplitMode)}, 2)
+	stall := ModeVerdict{Leg: stallLegName, Pass: true, requests: 50}
+	v := judgeRun([]ModeVerdict{pass(rollout.MirrorMode), pass(rollout.SplitMode), stall}, 3)
 	assert.True(t, v.Pass)
-	assert.Equal(t, "VERDICT: PASS (mirror and split modes, each from live windows on the old store: "+
-		"0 ResetAt changes and 0 double grants over 20 moves, 8 checked in an open window, in 200 responses)", v.Line)
+	assert.Equal(t, "VERDICT: PASS (mirror mode, split mode and stalled Redis group: 0 ResetAt changes, 0 double grants "+
+		"and 0 results contradicting the store, over 20 moves (8 checked in an open window) and 250 responses)", v.Line)
 
 	failed := ModeVerdict{Mode: rollout.SplitMode, Failures: []string{"no double grant (phase 3: 1)"}}
 	v = judgeRun([]ModeVerdict{pass(rollout.MirrorMode), failed}, 2)
@@ -508,7 +611,10 @@ func TestJudgeRun(t *testing.T) {
 
 	v = judgeRun([]ModeVerdict{pass(rollout.MirrorMode)}, 2)
 	assert.False(t, v.Pass, "a mode that did not run fails the run")
-	assert.Equal(t, []string{"complete run (1 of 2 modes)"}, v.Failures)
+	assert.Equal(t, []string{"complete run (1 of 2 legs)"}, v.Failures)
+
+	v = judgeRun([]ModeVerdict{pass(rollout.MirrorMode), {Leg: stallLegName, Failures: []string{"no result contradicting the store (3)"}}}, 2)
+	assert.Equal(t, "VERDICT: FAIL: stalled Redis group: no result contradicting the store (3)", v.Line)
 }
 
 // TestLegacyLimiter runs the hand-written limiter on a real memcached and
@@ -530,9 +636,9 @@ func TestLegacyLimiter(t *testing.T) {
 	// expiry too.
 	t0 := time.Now().Truncate(time.Second).Add(300 * time.Millisecond)
 	reset := t0.Add(10*time.Second).Unix() + 1
-	for i, want := range []legacyDecision{
-		{allowed: true, count: 1, reset: reset}, {allowed: true, count: 2, reset: reset},
-		{allowed: true, count: 3, reset: reset}, {allowed: false, count: 4, reset: reset},
+	for i, want := range []handwritten.Decision{
+		{Allowed: true, Count: 1, Reset: reset}, {Allowed: true, Count: 2, Reset: reset},
+		{Allowed: true, Count: 3, Reset: reset}, {Allowed: false, Count: 4, Reset: reset},
 	} {
 		d, err := lim.allow(t0.Add(time.Duration(i)*time.Second), "alice")
 		require.NoError(t, err)
@@ -541,7 +647,7 @@ func TestLegacyLimiter(t *testing.T) {
 
 	reader, err := legacybackend.NewMemcached(client, lim.window, legacybackend.WithKeyFunc(lim.key))
 	require.NoError(t, err)
-	th, err := throttler.New(reader, throttler.WithClock(throttler.NewManualClock(t0.Add(5*time.Second))))
+	th, err := throttler.New(reader, throttler.WithClock(throttlertest.NewManualClock(t0.Add(5*time.Second))))
 	require.NoError(t, err)
 	r, err := th.Peek(context.Background(), policy, "alice")
 	require.NoError(t, err)
@@ -553,7 +659,7 @@ func TestLegacyLimiter(t *testing.T) {
 	// A window that has ended opens a new one at the next request.
 	d, err := lim.allow(time.Unix(reset, 0).Add(100*time.Millisecond), "alice")
 	require.NoError(t, err)
-	assert.Equal(t, legacyDecision{allowed: true, count: 1, reset: reset + 10 + 1}, d)
+	assert.Equal(t, handwritten.Decision{Allowed: true, Count: 1, Reset: reset + 10 + 1}, d)
 }
 
 func TestOnLegacy(t *testing.T) {
@@ -583,4 +689,21 @@ func TestTable(t *testing.T) {
 	assert.Equal(t, "12,345,678", fmtInt(12_345_678))
 	assert.Equal(t, "-1,000", fmtInt(-1000))
 	assert.Equal(t, "999", fmtInt(999))
+}
+
+// TestErrorSamplesKeepEveryKind: a frequent kind of evidence does not
+// hide a rarer one that comes later.
+func TestErrorSamplesKeepEveryKind(t *testing.T) {
+	var e errorSamples
+	for i := range 20 {
+		e.addKindf("ResetAt change", "client %d", i)
+	}
+	e.addKindf("ResetAt change", "client %d", 0)
+	e.addKindf(contradictingKind, "client %d", 7)
+	assert.Equal(t, []string{
+		"2× ResetAt change: client 0",
+		"1× ResetAt change: client 1", "1× ResetAt change: client 2", "1× ResetAt change: client 3",
+		"1× ResetAt change: client 4",
+		"1× result contradicting the store: client 7",
+	}, e.list())
 }

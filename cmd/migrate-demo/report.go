@@ -15,6 +15,9 @@ import (
 // phaseResult is one finished phase: the warm-up or a step of the ramp.
 type phaseResult struct {
 	index, count int
+	// name names a phase of the rolling deploy ("overlap"), about says
+	// what it does; both empty in the other legs.
+	name, about string
 	// warmUp marks the phase before the deploy: the old store alone,
 	// through a plain throttler and the hand-written limiter.
 	warmUp bool
@@ -24,9 +27,19 @@ type phaseResult struct {
 	target int
 	seen   []int
 	// source is "static" or "unleash".
-	source   string
+	source string
+	// start is when the phase began, from the load's start (the
+	// timeline's origin); duration how long it lasted.
+	start    time.Duration
 	duration time.Duration
 	totals   phaseTotals
+	// p50 and p99 are the median and 99th percentile of the time
+	// clients waited for a response in the phase.
+	p50, p99 time.Duration
+	// stalls counts the SIGSTOP bursts of the stalled Redis group's
+	// phase; stalled is their total length.
+	stalls  int
+	stalled time.Duration
 	// stats is the rollout's counters over the phase; legacy the counters
 	// of the rollout that carries the hand-written limiter's windows into
 	// the old store (zero without legacy clients).
@@ -79,6 +92,9 @@ type reportNames struct {
 	// seeding says whether split mode seeds; legacy whether some clients
 	// started on the hand-written limiter.
 	seeding, legacy bool
+	// plain, when set, replaces the rollout's counters under each table:
+	// a leg without a rollout.
+	plain string
 }
 
 // writePhase prints one phase's table.
@@ -94,14 +110,14 @@ func writePhase(w io.Writer, p phaseResult, names reportNames) {
 
 	var t table
 	t.row("backend", "ids", "share", "target", "allowed", "denied", "moved in", "checked", "reset changes",
-		"double grants", "429+quota", "degraded", "errors")
+		"double grants", "contradicting", "429+quota", "degraded", "errors")
 	targets := [2]float64{100 - float64(p.target), float64(p.target)}
 	for side := range 2 {
 		s := p.totals.sides[side]
 		t.row(rollout.Side(side).String()+" "+names.sides[side], strconv.Itoa(p.totals.ids[side]),
 			share(p.totals.ids[side], p.totals.active), fmt.Sprintf("%.1f%%", targets[side]),
 			fmtInt(s.allowed), fmtInt(s.denied), fmtInt(s.moved), fmtInt(s.checked), fmtInt(s.resetChanges),
-			fmtInt(s.doubleGrants), fmtInt(s.quotaClaims), fmtInt(s.degraded), "")
+			fmtInt(s.doubleGrants), fmtInt(s.contradictions), fmtInt(s.quotaClaims), fmtInt(s.degraded), "")
 		// The stores of the side: the shards of the new one, the legacy
 		// limiter beside the old one.
 		var stores []string
@@ -119,14 +135,20 @@ func writePhase(w io.Writer, p phaseResult, names reportNames) {
 	}
 	t.row("all", strconv.Itoa(p.totals.active), share(p.totals.active, p.totals.active), "",
 		fmtInt(all.allowed), fmtInt(all.denied), fmtInt(all.moved), fmtInt(all.checked), fmtInt(all.resetChanges),
-		fmtInt(all.doubleGrants), fmtInt(all.quotaClaims), fmtInt(all.degraded), fmtInt(p.totals.errors))
+		fmtInt(all.doubleGrants), fmtInt(all.contradictions), fmtInt(all.quotaClaims), fmtInt(all.degraded),
+		fmtInt(p.totals.errors))
 	t.write(w, "  ")
+	fmt.Fprintf(w, "  latency p50 %s, p99 %s\n", fmtMillis(p.p50), fmtMillis(p.p99))
 	if p.warmUp {
 		line := "  no rollout yet: a plain throttler over the old store"
 		if names.legacy {
 			line += ", and the hand-written limiter for the legacy clients"
 		}
 		fmt.Fprintln(w, line)
+		return
+	}
+	if names.plain != "" {
+		fmt.Fprintln(w, "  "+names.plain)
 		return
 	}
 	fmt.Fprintf(w, "  rollout %s: %s\n", names.mode, describeStats(p.stats, names))
@@ -138,8 +160,14 @@ func writePhase(w io.Writer, p phaseResult, names reportNames) {
 
 // describeTarget says what the flag source asked for during the phase.
 func describeTarget(p phaseResult) string {
+	if p.about != "" {
+		return p.about
+	}
 	if p.warmUp {
 		return "warm-up on the old store alone, before the deploy"
+	}
+	if p.source == "stalled" {
+		return "the Redis groups alone, one group's primary stopped in bursts"
 	}
 	s := fmt.Sprintf("%d%% on new (%s)", p.target, p.source)
 	if p.source == "unleash" {
@@ -183,7 +211,7 @@ func writeSummary(w io.Writer, mode rollout.Mode, results []phaseResult) {
 	fmt.Fprintf(w, "\nsummary, %s mode\n", mode)
 	var t table
 	t.row("phase", "target", "on new", "allowed", "denied", "moved", "checked", "reset changes", "double grants",
-		"429+quota", "mismatches", "degraded", "errors")
+		"contradicting", "429+quota", "mismatches", "degraded", "errors", "p50", "p99")
 	for _, p := range results {
 		all := p.totals.all()
 		target := fmt.Sprintf("%d%%", p.target)
@@ -192,8 +220,8 @@ func writeSummary(w io.Writer, mode rollout.Mode, results []phaseResult) {
 		}
 		t.row(fmt.Sprintf("%d/%d", p.index+1, p.count), target, fmt.Sprintf("%.1f%%", p.newShare()),
 			fmtInt(all.allowed), fmtInt(all.denied), fmtInt(all.moved), fmtInt(all.checked), fmtInt(all.resetChanges),
-			fmtInt(all.doubleGrants), fmtInt(all.quotaClaims), fmtUint(p.mismatches()), fmtInt(all.degraded),
-			fmtInt(p.totals.errors))
+			fmtInt(all.doubleGrants), fmtInt(all.contradictions), fmtInt(all.quotaClaims), fmtUint(p.mismatches()),
+			fmtInt(all.degraded), fmtInt(p.totals.errors), fmtMillis(p.p50), fmtMillis(p.p99))
 	}
 	t.write(w, "  ")
 }
@@ -211,10 +239,13 @@ type Verdict struct {
 	Modes []ModeVerdict
 }
 
-// ModeVerdict is the outcome of one mode's run.
+// ModeVerdict is the outcome of one leg of the run: a mode, the rolling
+// deploy or the stalled Redis group.
 type ModeVerdict struct {
-	// Mode is the rollout mode run.
+	// Mode is the rollout mode run; zero for the other legs.
 	Mode rollout.Mode
+	// Leg names the leg, as "mirror mode" or "stalled Redis group".
+	Leg string
 	// Pass reports that every invariant held.
 	Pass bool
 	// Failures names each broken invariant with the phases it broke in.
@@ -224,6 +255,14 @@ type ModeVerdict struct {
 	// requests, moves and checked are the run's figures, for the overall
 	// line.
 	requests, moves, checked int64
+}
+
+// name returns the leg's name.
+func (v ModeVerdict) name() string {
+	if v.Leg != "" {
+		return v.Leg
+	}
+	return v.Mode.String() + " mode"
 }
 
 // modeRun is what judgeMode needs beyond the phases: the run's shape.
@@ -259,6 +298,9 @@ func judgeMode(results []phaseResult, cfg Config, run modeRun) ModeVerdict {
 		}
 		if all.doubleGrants > 0 {
 			fail("no double grant", fmt.Sprintf("%s: %d", ph, all.doubleGrants))
+		}
+		if all.contradictions > 0 {
+			fail("no result contradicting the store", fmt.Sprintf("%s: %d", ph, all.contradictions))
 		}
 		if all.quotaClaims > 0 {
 			fail("no denial claiming quota", fmt.Sprintf("%s: %d", ph, all.quotaClaims))
@@ -314,7 +356,8 @@ func judgeMode(results []phaseResult, cfg Config, run modeRun) ModeVerdict {
 	} else if len(results) < run.planned {
 		fail("complete run", fmt.Sprintf("%d of %d phases", len(results), run.planned))
 	}
-	v := ModeVerdict{Mode: run.mode, requests: total.requests, moves: total.moved, checked: total.checked}
+	v := ModeVerdict{Mode: run.mode, Leg: run.mode.String() + " mode", requests: total.requests, moves: total.moved,
+		checked: total.checked}
 	for _, inv := range order {
 		v.Failures = append(v.Failures, inv+" ("+strings.Join(broken[inv], ", ")+")")
 	}
@@ -334,7 +377,8 @@ func judgeMode(results []phaseResult, cfg Config, run modeRun) ModeVerdict {
 	}
 	v.Pass = true
 	v.Line = fmt.Sprintf("%s mode: PASS (%d phases, %s: %s responses from %d clients, %d abusive%s; "+
-		"0 ResetAt changes and 0 double grants over %s moves, %s checked in an open window; 0 denials claiming quota; "+
+		"0 ResetAt changes, 0 double grants and 0 results contradicting the store over %s moves, %s checked in an open window; "+
+		"0 denials claiming quota; "+
 		"share on new within %g points of target; allowed and denied in every phase; 0 degraded, 0 failed%s)",
 		run.mode, len(results), strings.Join(targets, " → "), fmtInt(total.requests), run.clients, run.abusive, legacy,
 		fmtInt(total.moved), fmtInt(total.checked), cfg.Tolerance, modeClause(run.mode, cfg.Seeding))
@@ -354,44 +398,52 @@ func modeClause(m rollout.Mode, seeding bool) string {
 
 // judgeRun joins the verdicts of the modes run; planned is the number of
 // modes the run was to go through.
-func judgeRun(modes []ModeVerdict, planned int) Verdict {
-	v := Verdict{Modes: modes, Pass: len(modes) == planned}
+func judgeRun(legs []ModeVerdict, planned int) Verdict {
+	v := Verdict{Modes: legs, Pass: len(legs) == planned}
 	var names []string
 	var requests, moves, checked int64
-	for _, m := range modes {
-		names = append(names, m.Mode.String())
+	for _, m := range legs {
+		names = append(names, m.name())
 		requests, moves, checked = requests+m.requests, moves+m.moves, checked+m.checked
 		if !m.Pass {
 			v.Pass = false
 			for _, f := range m.Failures {
-				v.Failures = append(v.Failures, m.Mode.String()+" mode: "+f)
+				v.Failures = append(v.Failures, m.name()+": "+f)
 			}
 		}
 	}
-	if len(modes) < planned {
-		v.Failures = append(v.Failures, fmt.Sprintf("complete run (%d of %d modes)", len(modes), planned))
+	if len(legs) < planned {
+		v.Failures = append(v.Failures, fmt.Sprintf("complete run (%d of %d legs)", len(legs), planned))
 	}
 	if !v.Pass {
 		v.Line = "VERDICT: FAIL: " + strings.Join(v.Failures, "; ")
 		return v
 	}
-	what := names[0] + " mode"
-	if len(names) > 1 {
-		what = strings.Join(names, " and ") + " modes"
-	}
-	v.Line = fmt.Sprintf("VERDICT: PASS (%s, each from live windows on the old store: "+
-		"0 ResetAt changes and 0 double grants over %s moves, %s checked in an open window, in %s responses)",
-		what, fmtInt(moves), fmtInt(checked), fmtInt(requests))
+	v.Line = fmt.Sprintf("VERDICT: PASS (%s: 0 ResetAt changes, 0 double grants and 0 results contradicting the store, "+
+		"over %s moves (%s checked in an open window) and %s responses)",
+		joinNames(names), fmtInt(moves), fmtInt(checked), fmtInt(requests))
 	return v
+}
+
+// joinNames writes "a", "a and b", "a, b and c".
+func joinNames(names []string) string {
+	switch len(names) {
+	case 0:
+		return "nothing"
+	case 1:
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 // progressLine is the one-line state of the phase under way.
 func progressLine(index, count, target int, elapsed time.Duration, t phaseTotals, rate float64) string {
 	all := t.all()
 	return fmt.Sprintf("  [%d/%d %3d%%] %5.1fs %5.0f req/s · allowed %s · denied %s · ids on new %d/%d · "+
-		"moved %d · reset changes %d · double grants %d · 429+quota %d · degraded %d · errors %d",
+		"moved %d · reset changes %d · double grants %d · contradicting %d · 429+quota %d · degraded %d · errors %d",
 		index+1, count, target, elapsed.Seconds(), rate, fmtInt(all.allowed), fmtInt(all.denied),
-		t.ids[rollout.SideNew], t.active, all.moved, all.resetChanges, all.doubleGrants, all.quotaClaims, all.degraded, t.errors)
+		t.ids[rollout.SideNew], t.active, all.moved, all.resetChanges, all.doubleGrants, all.contradictions,
+		all.quotaClaims, all.degraded, t.errors)
 }
 
 // table prints rows with aligned columns: the first left-aligned, the
@@ -437,6 +489,14 @@ func fmtInt(n int64) string {
 		s = "-" + s
 	}
 	return s
+}
+
+// fmtMillis writes d in milliseconds: "1.8 ms", "-" for zero.
+func fmtMillis(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000)
 }
 
 func fmtUint(n uint64) string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -47,65 +48,166 @@ func (f flagSource) percent() int {
 	return 0
 }
 
+// outputs are where a run writes: detail takes the full log (every
+// phase's table, each mode's summary and evidence), progress the progress
+// lines (io.Discard for none), logger the throttlers' own log lines (into
+// detail). All are safe for concurrent use.
+type outputs struct {
+	detail, progress io.Writer
+	logger           *slog.Logger
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
 // run is the whole demo: it starts the servers (or checks those named),
 // runs every mode of cfg.Modes one after another on fresh keys (see
-// runMode), prints a verdict per mode and the overall verdict to out, and
-// stops everything it started. An error means the demo could not run at
+// runMode), then the rolling deploy (see runRollingDeploy) and the stalled
+// Redis group (see runStall), writes the HTML
+// report and the full log, and ends with the summary on out, the verdict
+// first. It stops everything it started. The full log goes to out as well
+// with cfg.Verbose; without it out shows a line per leg, a progress line
+// on a terminal, and the summary. An error means the demo could not run at
 // all (missing servers, bad configuration); a run that went wrong is a
 // failing Verdict.
 func run(ctx context.Context, cfg Config, out io.Writer) (Verdict, error) {
-	if err := cfg.validate(); err != nil {
+	rec, err := runAll(ctx, cfg, out)
+	if err != nil {
 		return Verdict{}, err
+	}
+	rec.reportPath, rec.logPath = cfg.reportPaths(rec.started)
+	var saveErr error
+	if rec.reportPath != "" {
+		saveErr = rec.save()
+	}
+	writeScreenSummary(out, rec, saveErr)
+	return rec.verdict, nil
+}
+
+// runAll runs every leg and returns what the report and the summary show.
+func runAll(ctx context.Context, cfg Config, out io.Writer) (*runRecord, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	policy, err := throttler.ParsePolicy(resourceName, cfg.Policy)
 	if err != nil {
-		return Verdict{}, err
+		return nil, err
 	}
-	started := time.Now()
+	rec := &runRecord{cfg: cfg, started: time.Now(), policy: policy.String()}
+	// Throttlers log from their own goroutines, and the run's writes reach
+	// out both through detail (-v) and as progress: each writer is locked.
+	screen := &lockedWriter{w: out}
+	w := outputs{detail: &lockedWriter{w: &rec.log}, progress: io.Discard}
+	if cfg.Verbose {
+		w.detail = &lockedWriter{w: io.MultiWriter(&rec.log, screen)}
+	}
+	w.logger = slog.New(slog.NewTextHandler(w.detail, nil))
+	if cfg.Progress > 0 && (cfg.ProgressInPlace || cfg.Verbose) {
+		w.progress = screen
+	}
+	out = screen
 	srv, err := openServers(cfg)
 	if err != nil {
-		return Verdict{}, err
+		return nil, err
 	}
 	defer func() {
 		if err := srv.Close(); err != nil {
-			fmt.Fprintf(out, "migrate-demo: stopping the servers: %v\n", err)
+			fmt.Fprintf(w.detail, "migrate-demo: stopping the servers: %v\n", err)
 		}
 	}()
-	journey := "memcached to sharded Redis"
+	rec.journey = "memcached to sharded Redis"
 	if cfg.Embedded {
-		journey = "memory to sharded memory (-embedded)"
+		rec.journey = "memory to sharded memory (-embedded)"
 	}
-	fmt.Fprintf(out, "migrate-demo: moving live rate-limit windows from %s, in %s mode; each mode: a warm-up of %s "+
-		"on the old store alone, then the rollout, %d phases of %s\n",
-		journey, strings.Join(strings.Split(joinModes(cfg.Modes), ","), " then "), cfg.warmUp(policy).Round(time.Millisecond),
+	header := fmt.Sprintf("migrate-demo: moving live rate-limit windows from %s, in %s mode; each mode: a warm-up of %s "+
+		"on the old store alone, then the rollout, %d phases of %s", rec.journey,
+		strings.Join(strings.Split(joinModes(cfg.Modes), ","), " then "), cfg.warmUp(policy).Round(time.Millisecond),
 		len(cfg.Ramp), cfg.PhaseDuration)
+	fmt.Fprintln(w.detail, header)
+	if !cfg.Verbose {
+		fmt.Fprintln(out, header)
+		fmt.Fprintln(out, "  (the full log goes to the report; -v prints it here)")
+	}
 
-	source, err := openFlagSource(ctx, cfg, out)
+	source, err := openFlagSource(ctx, cfg, w.detail)
 	if err != nil {
-		return Verdict{}, err
+		return nil, err
 	}
 	if source.unleash != nil {
 		defer source.unleash.Close()
 	}
 
-	var modes []ModeVerdict
-	for _, mode := range cfg.Modes {
-		mv, err := runMode(ctx, cfg, mode, srv, source, policy, out)
-		if err != nil {
-			return Verdict{}, err
+	stall := srv.stallPlan(cfg)
+	deploy, err := planRollingDeploy(cfg, policy)
+	if err != nil {
+		return nil, err
+	}
+	planned := len(cfg.Modes)
+	for _, skipped := range []string{deploy.skipped, stall.skipped} {
+		if skipped == "" {
+			planned++
 		}
-		modes = append(modes, mv)
+	}
+	var verdicts []ModeVerdict
+	for _, mode := range cfg.Modes {
+		if !cfg.Verbose {
+			fmt.Fprintf(out, "  %s mode: %d phases...\n", mode, 1+len(cfg.Ramp))
+		}
+		leg, err := runMode(ctx, cfg, mode, srv, source, policy, w)
+		if err != nil {
+			return nil, err
+		}
+		rec.legs = append(rec.legs, leg)
+		verdicts = append(verdicts, leg.verdict)
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	v := judgeRun(modes, len(cfg.Modes))
-	fmt.Fprintf(out, "\nrun time %.1f s\n", time.Since(started).Seconds())
-	for _, m := range modes {
-		fmt.Fprintln(out, m.Line)
+	if deploy.skipped == "" && ctx.Err() == nil {
+		if !cfg.Verbose {
+			fmt.Fprintf(out, "  %s: %s...\n", deployLegName, deploy.describe())
+		}
+		leg, err := runRollingDeploy(ctx, cfg, srv, deploy, w)
+		if err != nil {
+			return nil, err
+		}
+		rec.legs = append(rec.legs, leg)
+		verdicts = append(verdicts, leg.verdict)
+	} else if deploy.skipped != "" {
+		rec.notes = append(rec.notes, deployLegName+": not run ("+deploy.skipped+")")
+		fmt.Fprintf(w.detail, "\n%s: not run (%s)\n", deployLegName, deploy.skipped)
 	}
-	fmt.Fprintln(out, v.Line)
-	return v, nil
+	if stall.skipped == "" && ctx.Err() == nil {
+		if !cfg.Verbose {
+			fmt.Fprintf(out, "  %s: %s...\n", stallLegName, stall.describe())
+		}
+		leg, err := runStall(ctx, cfg, srv, stall, policy, w)
+		if err != nil {
+			return nil, err
+		}
+		rec.legs = append(rec.legs, leg)
+		verdicts = append(verdicts, leg.verdict)
+	} else if stall.skipped != "" {
+		rec.notes = append(rec.notes, stallLegName+": not run ("+stall.skipped+")")
+		fmt.Fprintf(w.detail, "\n%s: not run (%s)\n", stallLegName, stall.skipped)
+	}
+	rec.verdict = judgeRun(verdicts, planned)
+	rec.took = time.Since(rec.started)
+	fmt.Fprintf(w.detail, "\nrun time %.1f s\n", rec.took.Seconds())
+	for _, m := range verdicts {
+		fmt.Fprintln(w.detail, m.Line)
+	}
+	fmt.Fprintln(w.detail, rec.verdict.Line)
+	return rec, nil
 }
 
 // runMode runs one mode on keys of its own. The API first runs on the old
@@ -119,12 +221,13 @@ func run(ctx context.Context, cfg Config, out io.Writer) (Verdict, error) {
 // first decision. The ramp then runs while the clients keep calling. It
 // prints a table per phase, the mode's summary and its verdict line.
 func runMode(ctx context.Context, cfg Config, mode rollout.Mode, srv *servers, source flagSource,
-	policy *throttler.Policy, out io.Writer) (ModeVerdict, error) {
+	policy *throttler.Policy, w outputs) (legRecord, error) {
+	out := w.detail
 	started := time.Now()
 	prefix := newKeyPrefix(started, mode)
 	st, err := srv.openStores(ctx, cfg, prefix)
 	if err != nil {
-		return ModeVerdict{}, err
+		return legRecord{}, err
 	}
 	defer func() {
 		if err := st.Close(); err != nil {
@@ -146,15 +249,15 @@ func runMode(ctx context.Context, cfg Config, mode rollout.Mode, srv *servers, s
 	if legacy != nil {
 		reader, err := legacybackend.NewMemcached(st.client, legacy.window, legacybackend.WithKeyFunc(legacy.key))
 		if err != nil {
-			return ModeVerdict{}, err
+			return legRecord{}, err
 		}
 		all, err := rollout.NewStaticSource(100, rollout.WithStaticGroupID("throttlekit-legacy"))
 		if err != nil {
-			return ModeVerdict{}, err
+			return legRecord{}, err
 		}
 		carrier, err = rollout.New(reader, st.old, all, rollout.WithSecondaryErrorHandler(legacyErrs.add))
 		if err != nil {
-			return ModeVerdict{}, err
+			return legRecord{}, err
 		}
 		oldSide = carrier
 		fmt.Fprintf(out, "  legacy: a hand-written limiter counts %q in memcached (INCR %s:rl:<id>, %s) until the deploy; "+
@@ -164,11 +267,12 @@ func runMode(ctx context.Context, cfg Config, mode rollout.Mode, srv *servers, s
 	rb, err := rollout.New(oldSide, st.new, source, rollout.WithMode(mode), rollout.WithSeeding(cfg.Seeding),
 		rollout.WithSecondaryErrorHandler(secondary.add))
 	if err != nil {
-		return ModeVerdict{}, err
+		return legRecord{}, err
 	}
 	var backendErrs errorSamples
 	opts := []throttler.Option{ // a real run on the wall clock
 		throttler.WithCallTimeout(cfg.CallTimeout),
+		throttler.WithLogger(w.logger),
 		throttler.WithObserver(throttler.ObserverFunc(func(_ context.Context, e throttler.Event) {
 			if e.Err != nil {
 				backendErrs.add(e.Err)
@@ -177,24 +281,24 @@ func runMode(ctx context.Context, cfg Config, mode rollout.Mode, srv *servers, s
 	}
 	plain, err := throttler.New(st.old, opts...)
 	if err != nil {
-		return ModeVerdict{}, err
+		return legRecord{}, err
 	}
 	th, err := throttler.New(rb, opts...)
 	if err != nil {
-		return ModeVerdict{}, err
+		return legRecord{}, err
 	}
 	plainAPI, err := newAPI(plain, policy)
 	if err != nil {
-		return ModeVerdict{}, err
+		return legRecord{}, err
 	}
 	rolloutAPI, err := newAPI(th, policy)
 	if err != nil {
-		return ModeVerdict{}, err
+		return legRecord{}, err
 	}
-	dep := newDeployment(warmUpAPI(plainAPI, legacy, cfg.LegacyShare))
+	dep := newDeployment(1, warmUpAPI(plainAPI, legacy, cfg.LegacyShare))
 	api, err := startAPI(dep)
 	if err != nil {
-		return ModeVerdict{}, err
+		return legRecord{}, err
 	}
 	defer func() {
 		if err := api.Close(); err != nil {
@@ -259,17 +363,20 @@ func runMode(ctx context.Context, cfg Config, mode rollout.Mode, srv *servers, s
 			duration, percent = warm, func() int { return 0 }
 		case source.static != nil:
 			if err := source.static.Set(cfg.Ramp[i-1]); err != nil {
-				return ModeVerdict{}, err
+				return legRecord{}, err
 			}
 		}
 		if i == 1 {
-			dep.deploy(rolloutAPI)
+			if err := deployAtOnce(ctx, dep, func(int) http.Handler { return rolloutAPI }); err != nil {
+				return legRecord{}, err
+			}
 			lg.deployed.Store(true)
 		}
-		res, ok := runPhase(ctx, cfg, lg, percent, i, count, duration, out)
+		res, ok := runPhase(ctx, cfg, lg, percent, i, count, duration, w.progress)
 		lg.setPhase(i + 1)
 		res.warmUp = warmUp
 		res.totals = lg.collect(i)
+		res.p50, res.p99 = lg.latencies(i)
 		after := rb.Stats()
 		res.stats, before = statsDelta(after, before), after
 		if carrier != nil {
@@ -318,7 +425,8 @@ func runMode(ctx context.Context, cfg Config, mode rollout.Mode, srv *servers, s
 		outcome = "FAIL (the reasons close the run)"
 	}
 	fmt.Fprintf(out, "\n%s mode: %s, in %.1f s\n", mode, outcome, time.Since(started).Seconds())
-	return v, nil
+	return legRecord{key: mode.String(), name: mode.String() + " mode", verdict: v, phases: results,
+		timeline: lg.timeline.snapshot(), sides: names.sides, evidence: lg.evidence.list()}, nil
 }
 
 // runPhase lets the load run for one phase of length d, printing
@@ -328,6 +436,7 @@ func runPhase(ctx context.Context, cfg Config, lg *load, percent func() int, i, 
 	out io.Writer) (phaseResult, bool) {
 	res := phaseResult{index: i, count: count}
 	start := time.Now()
+	res.start = start.Sub(lg.timeline.start)
 	end := time.NewTimer(d)
 	defer end.Stop()
 	var tick <-chan time.Time

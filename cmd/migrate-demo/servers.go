@@ -56,6 +56,9 @@ type servers struct {
 	memcachedAddr, shardConfig string
 	// closers stop the servers the demo started, in reverse order.
 	closers []func() error
+	// primaries are the Redis primaries the demo started, by group name,
+	// for the stalled group's SIGSTOP bursts.
+	primaries map[string]*localserver.Redis
 }
 
 // openServers starts, through localserver, the servers cfg does not name,
@@ -261,6 +264,12 @@ func (s *servers) startServers(wantMemcached, wantRedis bool) (startedServers, e
 					return
 				}
 				keep(primary.Close)
+				mu.Lock()
+				if s.primaries == nil {
+					s.primaries = map[string]*localserver.Redis{}
+				}
+				s.primaries[name] = primary
+				mu.Unlock()
 				replica, err := localserver.StartRedisReplica(primary, localserver.RedisOptions{})
 				if err != nil {
 					fail(fmt.Errorf("starting redis replica %s: %w", name, err))

@@ -55,23 +55,26 @@
 //
 // # Policies
 //
-// --policy takes the policy as the application builds it with
-// throttler.ParsePolicy: comma-separated limits in throttler.ParseLimit's
-// notation, MAX/WINDOW followed by options.
+// --policy takes the policy in the one notation the library prints and
+// reads: Policy.String's output, which throttler.ParsePolicy reads back to
+// an equal policy. It is the policy's name, a colon and a space, then
+// comma-separated limits in throttler.ParseLimit's notation, MAX/WINDOW
+// followed by options:
 //
+//	api: 10/s, 5000/h gcra burst=20
 //	10/s   120/min   5000/h   300000/day   100/2h   5/250ms
 //	60/min aligned           fixed window aligned on the epoch
+//	100/min sliding          sliding-window counter
 //	10/s gcra                GCRA, burst = max
 //	10/s gcra burst=20       GCRA with a burst of 20
-//	10/s name=per-sec        a limit named "per-sec"
+//	10/s name=per-sec        a limit named "per-sec" (name="a b" when it holds a space or a comma)
 //
-// "10/s, 5000/h gcra burst=20" is accepted as written. The command adds two
-// things ParsePolicy does not read, for policies built in code: a limit
-// may be named as NAME=LIMIT ("per-sec=10/s", the same as "10/s
-// name=per-sec" or Limit.Named), and the whole may start with "NAME: ", a
-// colon and a space, as Policy.String prints it ("core: 10/s, 5000/h"); a
-// colon without a space belongs to a limit's name ("api:read=10/s").
-// Otherwise the policy is named by --policy-name, "api" by default.
+// A colon followed by a space or a tab ends the policy's name, so the name
+// may hold other colons ("api:v2: 10/s"); Policy.String quotes a name that
+// holds ": " itself. The name may instead be given with --policy-name (both
+// must agree when both are given). It is never assumed: without it the
+// command stops with a usage error, since stored keys hold the name and a
+// guessed one would find no state.
 //
 // Stored keys (key layout 2, driver.KeyLayout) hold the policy's name and
 // each limit's identity: its name when it was given one, its algorithm, its
@@ -165,15 +168,21 @@
 // name, max, window, algorithm, burst (the GCRA capacity), GCRA emission
 // interval and storage key (layout 2: "<escaped name>:<algorithm>:<window
 // ms>" and, for a GCRA limit with a burst set, ":<burst>"; an unnamed
-// limit's key starts with the colon, as in ":fixed:1000"), then the keys
-// the Redis backend
-// (<prefix>{<escaped id>}:<policy key>:<limit key>, with the Cluster hash
-// slot of the identifier's hash tag, and with --redis-groups the group
-// that owns it) and the memcached backend (<prefix>:<policy>:<id> "|" kind
-// ":" limit key, kind w for a window item, c for its counter, g for a GCRA
-// item, s for a sliding window's item, as memcachedbackend.ItemKeys names
-// them) store for an example identifier (--id, "user:42"). It contacts no
-// server.
+// limit's key starts with the colon, as in ":fixed:1000"), then what the
+// backends store for an example identifier (--id, "user:42"):
+//
+//   - Redis (redisbackend.Backend.Key, redisbackend.Fields): one hash per
+//     identifier and policy, <prefix>v3:{<escaped id>}:<policy key>, with
+//     the Cluster hash slot of the identifier's hash tag and, with
+//     --redis-groups, the group that owns it. Each limit of key K holds the
+//     fields eK (the window's end, or the GCRA theoretical arrival time)
+//     and uK (its count), plus pK (the previous window's count) for a
+//     sliding window; a GCRA limit has eK alone;
+//   - memcached: <prefix>:<policy>:<id> "|" kind ":" limit key, kind w for
+//     a window item, c for its counter, g for a GCRA item, s for a sliding
+//     window's item, as memcachedbackend.ItemKeys names them.
+//
+// It contacts no server.
 //
 // # Output
 //
@@ -189,7 +198,7 @@
 //	{
 //	  "command": "inspect",
 //	  "identifier": "user:42",
-//	  "policy": {"name": "api", "notation": "api: 10/s, 5000/h", "capacity": 10},
+//	  "policy": {"name": "api", "notation": "api: 10/s, 5000/h", "capacity": 10}, // notation: Policy.String, read back by --policy
 //	  "at": "2030-01-02T03:04:05.678Z",       // when the peek was made
 //	  "found": true,                          // some side holds state (a limit with used > 0)
 //	  "limits_without_state": ["1000/day sliding"], // when found: limits with no state on any side
@@ -219,6 +228,7 @@
 //
 //	{"command": "reset", "identifier": "user:42", "policy": {...},
 //	 "sides": [{"side": "old", "backend": "memcached", "target": "...", "prefix": "tk",
+//	            "group": "a",               // redis-groups: the group that owns the identifier
 //	            "ok": true, "error": "..."}]}
 //
 // cleanup:
@@ -245,12 +255,14 @@
 //	    "capacity": 20,                       // the largest cost: max, or the burst for gcra
 //	    "emission_interval_us": 720000,      // GCRA only; 0 for window algorithms
 //	    "key": ":gcra:3600000:20",            // layout 2: <escaped name>:<algorithm>:<window ms>[:<burst>], no name when unnamed
-//	    "redis_key": "throttlekit:{user%3A42}:api::gcra:3600000:20",
+//	    "redis_key": "throttlekit:v3:{user%3A42}:api", // one hash per identifier and policy
+//	    "redis_fields": ["e:gcra:3600000:20"], // the limit's fields in it: e and u (fixed), e, u and p (sliding), e (gcra)
 //	    "memcached_keys": {"gcra": "tk:api:user%3A42|g::gcra:3600000:20"}
 //	                                          // fixed windows: "window" and "counter" (ending ":<end>:<token>");
 //	                                          // sliding windows: "sliding"
 //	  }],
-//	  "redis": {"prefix": "throttlekit:", "hash_tag": "{user%3A42}", "slot": 2308, "group": "a"},
+//	  "redis": {"prefix": "throttlekit:", "hash_tag": "{user%3A42}", "slot": 2308,
+//	            "group": "a"},                // with --redis-groups
 //	  "memcached": {"prefix": "tk", "route": "tk:api:user%3A42"}
 //	}
 //

@@ -21,19 +21,22 @@ import (
 const explainDescription = `Explain parses a policy as the library does and prints each limit (name,
 max, window, algorithm, burst, GCRA emission interval, storage key) and the
 keys the Redis and memcached backends store for an example identifier. It
-contacts no server. The policy comes as the argument or from --policy:
+contacts no server. The policy comes as the argument or from --policy, in
+the notation Policy.String prints and throttler.ParsePolicy reads:
 
-  throttlekit explain "10/s, 5000/h gcra burst=20"
-  throttlekit explain --policy-name core --id user:42 "per-sec=10/s, 5000/h"
+  throttlekit explain "api: 10/s, 5000/h gcra burst=20"
+  throttlekit explain --policy-name core --id user:42 "10/s name=per-sec, 5000/h"
   throttlekit explain "core: 10/s, 60/min aligned"
 
-Limit notation (throttler.ParseLimit): MAX/WINDOW, window units ms, s, min
-(m), h, d, w with plurals and a count (100/2h); then options: "aligned"
-(windows on multiples of the window since the epoch), "gcra" (smooth rate,
-burst = max), "gcra burst=N", "name=NAME". Each limit may also be named
-NAME=LIMIT. An unnamed limit is shown by its notation and stored under its
-algorithm and window only (key ":fixed:1000"), never its max. With
---redis-groups, the group that owns the identifier is shown too.
+The policy's name is required ("NAME: " in front, or --policy-name):
+stored keys hold it. Limit notation (throttler.ParseLimit): MAX/WINDOW,
+window units ms, s, min (m), h, d, w with plurals and a count (100/2h);
+then options: "aligned" (windows on multiples of the window since the
+epoch), "sliding", "gcra" (smooth rate, burst = max), "gcra burst=N",
+"name=NAME" (name="..." when it holds a space or a comma). An unnamed limit
+is shown by its notation and stored under its algorithm and window only
+(key ":fixed:1000"), never its max. With --redis-groups, the group that
+owns the identifier is shown too.
 `
 
 // explainDoc is the JSON document of explain (schema in doc.go).
@@ -152,7 +155,7 @@ func explain(p *throttler.Policy, id, prefix, groups string) (*explainDoc, error
 
 	doc := &explainDoc{
 		Command:    "explain",
-		Policy:     policyDoc{Name: dp.Name, Notation: notation(p), Capacity: dp.Capacity},
+		Policy:     policyDoc{Name: dp.Name, Notation: p.String(), Capacity: dp.Capacity},
 		Identifier: id,
 		Redis: explainRedis{Prefix: redisPrefix, HashTag: "{" + driver.EscapeKey(id) + "}",
 			Slot: keyslot.Of(redisKey)},

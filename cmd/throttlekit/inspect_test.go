@@ -204,7 +204,7 @@ func TestInspectAndResetAcrossMirrorRollout(t *testing.T) {
 	assert.Equal(t, int64(0), r.Limits()[0].Used)
 
 	// A wrong policy name finds nothing: the name is part of every key.
-	code, _, _ = runCLI(t, append([]string{"inspect", "--json", "--policy", "100/min, 1000/d gcra burst=50"}, append(m.sides(), ids[7])...)...)
+	code, _, _ = runCLI(t, append([]string{"inspect", "--json", "--policy", "api: 100/min, 1000/d gcra burst=50"}, append(m.sides(), ids[7])...)...)
 	assert.Equal(t, exitNotFound, code)
 }
 
@@ -225,7 +225,7 @@ func TestInspectSingleBackends(t *testing.T) {
 		_, err := th.Allow(ctx, policy, "user:42")
 		require.NoError(t, err)
 	}
-	code, out, errOut := runCLI(t, "inspect", "user:42", "--redis", "redis://"+r.Addr(), "--policy", "10/min", "--json")
+	code, out, errOut := runCLI(t, "inspect", "user:42", "--redis", "redis://"+r.Addr(), "--policy", "api: 10/min", "--json")
 	require.Equal(t, exitOK, code, errOut)
 	doc := decode[inspectDoc](t, out)
 	require.Len(t, doc.Sides, 1)
@@ -233,15 +233,15 @@ func TestInspectSingleBackends(t *testing.T) {
 	assert.Equal(t, redisbackend.DefaultPrefix, doc.Sides[0].Prefix)
 	assert.Equal(t, int64(3), doc.Sides[0].Limits[0].Used)
 
-	code, _, errOut = runCLI(t, "reset", "user:42", "--redis", "redis://"+r.Addr(), "--policy", "10/min")
+	code, _, errOut = runCLI(t, "reset", "user:42", "--redis", "redis://"+r.Addr(), "--policy", "api: 10/min")
 	require.Equal(t, exitOK, code, errOut)
-	code, _, _ = runCLI(t, "inspect", "user:42", "--redis", "redis://"+r.Addr(), "--policy", "10/min")
+	code, _, _ = runCLI(t, "inspect", "user:42", "--redis", "redis://"+r.Addr(), "--policy", "api: 10/min")
 	assert.Equal(t, exitNotFound, code)
 
 	// A key of another type is a backend failure, exit 1, not a figure.
 	key := rb.Key(mustCompiled(t, policy), "user:7")
 	require.NoError(t, client.RPush(ctx, key, "x").Err())
-	code, out, _ = runCLI(t, "inspect", "user:7", "--redis", "redis://"+r.Addr(), "--policy", "10/min")
+	code, out, _ = runCLI(t, "inspect", "user:7", "--redis", "redis://"+r.Addr(), "--policy", "api: 10/min")
 	assert.Equal(t, exitFailed, code)
 	assert.Contains(t, out, "Error on the main side, redis "+r.Addr()+": ")
 	assert.NotContains(t, out, "No state stored", "a side that failed was not read")
@@ -257,7 +257,7 @@ func mustCompiled(t *testing.T, p *throttler.Policy) *driver.Policy {
 func TestExplainKeysExistOnServers(t *testing.T) {
 	localserver.SkipIfShort(t)
 	ctx := context.Background()
-	const spec = "per-sec=10/s, 100/min aligned, 5000/h gcra burst=20, 300/10min sliding"
+	const spec = "10/s name=per-sec, 100/min aligned, 5000/h gcra burst=20, 300/10min sliding"
 	policy, err := parsePolicy("core", spec)
 	require.NoError(t, err)
 	id := "tenant 7/user:42"
@@ -335,13 +335,13 @@ func TestInspectWrongNotationForOneLimit(t *testing.T) {
 	url := "redis://" + r.Addr()
 
 	// The application's notation: no warning.
-	code, out, errOut := runCLI(t, "inspect", "--json", "--redis", url, "--policy", "100/h, 1000/d", "user:7")
+	code, out, errOut := runCLI(t, "inspect", "--json", "--redis", url, "--policy", "api: 100/h, 1000/d", "user:7")
 	require.Equal(t, exitOK, code, errOut)
 	assert.Empty(t, decode[inspectDoc](t, out).LimitsWithoutState)
 	assert.NotContains(t, errOut, "warning")
 
 	// The day limit written as a sliding window: another key.
-	code, out, errOut = runCLI(t, "inspect", "--json", "--redis", url, "--policy", "100/h, 1000/d sliding", "user:7")
+	code, out, errOut = runCLI(t, "inspect", "--json", "--redis", url, "--policy", "api: 100/h, 1000/d sliding", "user:7")
 	require.Equal(t, exitOK, code, errOut)
 	doc := decode[inspectDoc](t, out)
 	assert.True(t, doc.Found)
@@ -350,15 +350,15 @@ func TestInspectWrongNotationForOneLimit(t *testing.T) {
 	assert.Equal(t, int64(3), doc.Sides[0].Limits[0].Used)
 
 	// Every limit wrong: nothing matched, exit 4, with the hint.
-	code, out, _ = runCLI(t, "inspect", "--redis", url, "--policy", "100/h gcra, 1000/d sliding", "user:7")
+	code, out, _ = runCLI(t, "inspect", "--redis", url, "--policy", "api: 100/h gcra, 1000/d sliding", "user:7")
 	assert.Equal(t, exitNotFound, code)
 	assert.Contains(t, out, "or the policy's name or limits\nare not the application's")
 
 	// --percent and --group-id describe a rollout; 101 is no percentage.
-	code, _, errOut = runCLI(t, "inspect", "--redis", url, "--policy", "100/h", "--percent", "50", "user:7")
+	code, _, errOut = runCLI(t, "inspect", "--redis", url, "--policy", "api: 100/h", "--percent", "50", "user:7")
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, errOut, "give --old and --new")
-	code, _, errOut = runCLI(t, "inspect", "--old", "redis="+url, "--new", "redis="+url, "--new-prefix", "x:", "--policy", "100/h", "--percent", "101", "user:7")
+	code, _, errOut = runCLI(t, "inspect", "--old", "redis="+url, "--new", "redis="+url, "--new-prefix", "x:", "--policy", "api: 100/h", "--percent", "101", "user:7")
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, errOut, "want 0 to 100")
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttlekit/throttlekit/internal/keyslot"
+	"github.com/throttlekit/throttlekit/throttler"
 )
 
 // cli runs the command in process and returns its exit status and output.
@@ -129,7 +130,7 @@ func TestHelpForEveryCommand(t *testing.T) {
 }
 
 func TestUsageErrorsExitTwo(t *testing.T) {
-	p := []string{"--policy", "10/s"}
+	p := []string{"--policy", "api: 10/s"}
 	cases := []struct {
 		name string
 		args []string
@@ -146,8 +147,11 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{"inspect with empty identifier", append([]string{"inspect", "--redis", "redis://127.0.0.1:1", ""}, p...), "identifier must be 1 to 1024 bytes"},
 		{"inspect without backend", append([]string{"inspect", "x"}, p...), "no backend"},
 		{"inspect without policy", []string{"inspect", "--redis", "redis://127.0.0.1:1", "x"}, "a policy is required"},
-		{"bad policy", []string{"inspect", "--redis", "redis://127.0.0.1:1", "--policy", "10/fortnight", "x"}, "unknown window unit"},
-		{"policy names disagree", []string{"inspect", "--redis", "redis://127.0.0.1:1", "--policy", "core: 10/s", "--policy-name", "api", "x"}, "policy named"},
+		{"bad policy", []string{"inspect", "--redis", "redis://127.0.0.1:1", "--policy", "api: 10/fortnight", "x"}, "unknown window unit"},
+		{"policy names disagree", []string{"inspect", "--redis", "redis://127.0.0.1:1", "--policy", "core: 10/s", "--policy-name", "api", "x"}, `named "api", and "core"`},
+		{"policy without a name", []string{"inspect", "--redis", "redis://127.0.0.1:1", "--policy", "10/s", "x"}, "has no name"},
+		{"explain without a name", []string{"explain", "10/s"}, "has no name"},
+		{"a name written before the limit", []string{"explain", "api: burst=5/min"}, `write "5/min name=burst"`},
 		{"two backends", append([]string{"reset", "--redis", "redis://127.0.0.1:1", "--memcached", "127.0.0.1:1", "x"}, p...), "give one backend"},
 		{"old without new", append([]string{"reset", "--old", "redis=redis://127.0.0.1:1", "x"}, p...), "needs both --old and --new"},
 		{"bad side spec", append([]string{"reset", "--old", "redis://127.0.0.1:1", "--new", "memcached=127.0.0.1:1", "x"}, p...), "want KIND=VALUE"},
@@ -176,20 +180,20 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{"explain without policy", []string{"explain"}, "a policy is required"},
 		{"explain two policies", []string{"explain", "10/s", "20/s"}, "want one POLICY"},
 		{"explain policy twice", []string{"explain", "--policy", "10/s", "20/s"}, "not both"},
-		{"explain bad option", []string{"explain", "10/s gcra burst=0"}, "burst must be a positive"},
-		{"explain burst without gcra", []string{"explain", "10/s burst=5"}, "burst applies only to gcra"},
-		{"explain two algorithms", []string{"explain", "10/s aligned gcra"}, "conflict"},
-		{"explain duplicate limit", []string{"explain", "10/s, 10/s"}, "two limits named"},
-		{"explain two unnamed limits of one window", []string{"explain", "10/s, 20/s"}, "count the same window with the same algorithm"},
-		{"explain a limit named twice", []string{"explain", "a=10/s name=b"}, "named twice"},
-		{"explain name option twice", []string{"explain", "10/s name=a name=b"}, `option "name" given twice`},
-		{"explain empty name option", []string{"explain", "10/s name="}, "name must not be empty"},
-		{"explain notation as a name", []string{"explain", "10/s name=5/s"}, "is a limit notation"},
-		{"explain notation as a NAME=", []string{"explain", "5/s=10/s"}, "is a limit notation"},
-		{"explain empty limit name", []string{"explain", "=10/s"}, "empty name"},
-		{"explain empty policy name", []string{"explain", ": 10/s"}, "empty name"},
-		{"explain long identifier", []string{"explain", "--id", strings.Repeat("x", 1025), "10/s"}, "identifier must be"},
-		{"explain brace prefix", []string{"explain", "--prefix", "a{", "10/s"}, "brace"},
+		{"explain bad option", []string{"explain", "api: 10/s gcra burst=0"}, `burst "0" must be a positive`},
+		{"explain burst without gcra", []string{"explain", "api: 10/s burst=5"}, "burst applies only to gcra"},
+		{"explain two algorithms", []string{"explain", "api: 10/s aligned gcra"}, "conflict"},
+		{"explain duplicate limit", []string{"explain", "api: 10/s, 10/s"}, "two limits named"},
+		{"explain two unnamed limits of one window", []string{"explain", "api: 10/s, 20/s"}, "count the same window with the same algorithm"},
+		{"explain a name before the limit", []string{"explain", "api: a=10/s name=b"}, `to name this one "a", write "10/s name=a"`},
+		{"explain name option twice", []string{"explain", "api: 10/s name=a name=b"}, `option "name" given twice`},
+		{"explain empty name option", []string{"explain", "api: 10/s name="}, "name must not be empty"},
+		{"explain notation as a name", []string{"explain", "api: 10/s name=5/s"}, "is a limit notation"},
+		{"explain notation before the limit", []string{"explain", "api: 5/s=10/s"}, "want MAX/WINDOW first"},
+		{"explain empty name before the limit", []string{"explain", "api: =10/s"}, "want MAX/WINDOW first"},
+		{"explain empty policy name", []string{"explain", ": 10/s"}, "has no name"},
+		{"explain long identifier", []string{"explain", "--id", strings.Repeat("x", 1025), "api: 10/s"}, "identifier must be"},
+		{"explain brace prefix", []string{"explain", "--prefix", "a{", "api: 10/s"}, "brace"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -204,16 +208,16 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 
 func TestUnreachableBackendExitsOne(t *testing.T) {
 	for _, args := range [][]string{
-		{"inspect", "--redis", "redis://127.0.0.1:1?dial_timeout=200ms&max_retries=-1", "--policy", "10/s", "user:1"},
-		{"reset", "--redis", "redis://127.0.0.1:1?dial_timeout=200ms&max_retries=-1", "--policy", "10/s", "user:1"},
-		{"inspect", "--memcached", "127.0.0.1:1", "--timeout", "200ms", "--policy", "10/s", "user:1", "--json"},
+		{"inspect", "--redis", "redis://127.0.0.1:1?dial_timeout=200ms&max_retries=-1", "--policy", "api: 10/s", "user:1"},
+		{"reset", "--redis", "redis://127.0.0.1:1?dial_timeout=200ms&max_retries=-1", "--policy", "api: 10/s", "user:1"},
+		{"inspect", "--memcached", "127.0.0.1:1", "--timeout", "200ms", "--policy", "api: 10/s", "user:1", "--json"},
 		{"cleanup", "--redis", "redis://127.0.0.1:1?dial_timeout=200ms&max_retries=-1", "--prefix", "old:", "--json"},
 	} {
 		code, out, errOut := runCLI(t, args...)
 		assert.Equal(t, exitFailed, code, "%v\nstdout:\n%s\nstderr:\n%s", args, out, errOut)
 		assert.Regexp(t, `(?i)error`, out, "%v", args)
 	}
-	code, out, _ := runCLI(t, "inspect", "--memcached", "127.0.0.1:1", "--timeout", "200ms", "--policy", "10/s", "user:1", "--json")
+	code, out, _ := runCLI(t, "inspect", "--memcached", "127.0.0.1:1", "--timeout", "200ms", "--policy", "api: 10/s", "user:1", "--json")
 	require.Equal(t, exitFailed, code)
 	doc := decode[inspectDoc](t, out)
 	require.Len(t, doc.Sides, 1)
@@ -248,7 +252,7 @@ func TestEnvironmentSuppliesDefaults(t *testing.T) {
 	assert.Contains(t, errOut, "refusing an empty --prefix")
 	// Sides from the environment.
 	env = map[string]string{envOld: "memcached=127.0.0.1:1", envNew: "redis=redis://127.0.0.1:1?dial_timeout=200ms&max_retries=-1",
-		envNewPrefix: "v2:", envPolicy: "10/s"}
+		envNewPrefix: "v2:", envPolicy: "10/s", envPolicyName: "api"}
 	code, out, _ = cli{env: env}.run(ctx, "inspect", "--json", "--timeout", "200ms", "user:1")
 	require.Equal(t, exitFailed, code)
 	doc = decode[inspectDoc](t, out)
@@ -260,7 +264,7 @@ func TestEnvironmentSuppliesDefaults(t *testing.T) {
 }
 
 func TestExplainTable(t *testing.T) {
-	code, out, errOut := runCLI(t, "explain", "10/s, 5000/h gcra burst=20")
+	code, out, errOut := runCLI(t, "explain", "api: 10/s, 5000/h gcra burst=20")
 	require.Equal(t, exitOK, code, errOut)
 	for _, want := range []string{
 		"Policy api: 10/s, 5000/h gcra burst=20",
@@ -278,10 +282,10 @@ func TestExplainTable(t *testing.T) {
 		assert.Contains(t, out, want)
 	}
 	// Flags after the argument, named limits, a policy name in the notation.
-	code, out, errOut = runCLI(t, "explain", "core: per-sec=10/s, 60/min aligned", "--id", "ip:10.0.0.1", "--prefix", "app:",
+	code, out, errOut = runCLI(t, "explain", "core: 10/s name=per-sec, 60/min aligned", "--id", "ip:10.0.0.1", "--prefix", "app:",
 		"--redis-groups", "a=redis://127.0.0.1:1,b=redis://127.0.0.1:2")
 	require.Equal(t, exitOK, code, errOut)
-	assert.Contains(t, out, "Policy core: per-sec=10/s, 60/min aligned")
+	assert.Contains(t, out, "Policy core: 10/s name=per-sec, 60/min aligned")
 	assert.Contains(t, out, "app:v3:{ip%3A10.0.0.1}:core")
 	assert.Contains(t, out, "eper-sec:fixed:1000 uper-sec:fixed:1000")
 	assert.Contains(t, out, "e:aligned:60000 u:aligned:60000")
@@ -317,7 +321,7 @@ func TestExplainJSON(t *testing.T) {
 }
 
 func TestExplainLongIdentifierHashesMemcachedRoute(t *testing.T) {
-	code, out, errOut := runCLI(t, "explain", "--json", "--id", strings.Repeat("é", 100), "10/s")
+	code, out, errOut := runCLI(t, "explain", "--json", "--id", strings.Repeat("é", 100), "api: 10/s")
 	require.Equal(t, exitOK, code, errOut)
 	doc := decode[explainDoc](t, out)
 	assert.Regexp(t, `^#[0-9a-f]{64}$`, doc.Memcached.Route)
@@ -392,35 +396,33 @@ func TestFormatting(t *testing.T) {
 	assert.Equal(t, "90s", formatWindow(90*time.Second))
 }
 
-// A colon followed by a space ends a policy name; any other colon belongs
-// to a limit's name, and the notation printed reads back as the same
-// policy.
-func TestParsePolicyNamesWithColons(t *testing.T) {
-	for _, c := range []struct{ spec, name, notation string }{
-		{"per:sec=10/s", "api", "api: per:sec=10/s"},
-		{"core: a=10/s, b:x=20/s", "core", "core: a=10/s, b:x=20/s"},
-		{"api:v2: 10/s, 5000/h gcra burst=20", "api:v2", "api:v2: 10/s, 5000/h gcra burst=20"},
-		{"core:\t10/s", "core", "core: 10/s"},
-		{"10/s name=per-sec, 5000/h", "api", "api: per-sec=10/s, 5000/h"},
-		{"core: 10/s NAME=Burst, 20/s", "core", "core: Burst=10/s, 20/s"},
+// The command reads and prints the library's one notation: what it prints
+// as a policy's notation reads back, through the command and through
+// throttler.ParsePolicy, as the same policy with the same stored keys.
+func TestParsePolicyOneNotation(t *testing.T) {
+	for _, c := range []struct{ flagName, spec, name, notation string }{
+		{"api", "10/s name=per:sec", "api", "api: 10/s name=per:sec"},
+		{"", "core: 10/s name=a, 20/s name=b:x", "core", "core: 10/s name=a, 20/s name=b:x"},
+		{"", "api:v2: 10/s, 5000/h gcra burst=20", "api:v2", "api:v2: 10/s, 5000/h gcra burst=20"},
+		{"", "core:\t10/s", "core", "core: 10/s"},
+		{"api", "10/s name=per-sec, 5000/h", "api", "api: 10/s name=per-sec, 5000/h"},
+		{"core", "core: 10/s NAME=Burst, 20/s", "core", "core: 10/s name=Burst, 20/s"},
+		{"", `"GET /v1: list": 10/s name="per user, per second"`, "GET /v1: list", `"GET /v1: list": 10/s name="per user, per second"`},
 	} {
-		p, err := parsePolicy("", c.spec)
+		p, err := parsePolicy(c.flagName, c.spec)
 		require.NoError(t, err, c.spec)
 		assert.Equal(t, c.name, p.Name(), c.spec)
-		assert.Equal(t, c.notation, notation(p), c.spec)
-		again, err := parsePolicy("", notation(p))
+		assert.Equal(t, c.notation, describePolicy(p).Notation, c.spec)
+		again, err := parsePolicy("", describePolicy(p).Notation)
 		require.NoError(t, err, c.spec)
-		assert.Equal(t, notation(p), notation(again), c.spec)
-		dp, err := compiled(p)
-		require.NoError(t, err)
-		dp2, err := compiled(again)
-		require.NoError(t, err)
-		assert.Equal(t, dp.Key, dp2.Key, "the same stored keys: %s", c.spec)
-		for i := range dp.Limits {
-			assert.Equal(t, dp.Limits[i].Key, dp2.Limits[i].Key, c.spec)
+		lib, err := throttler.ParsePolicy("", describePolicy(p).Notation)
+		require.NoError(t, err, c.spec)
+		for _, q := range []*throttler.Policy{again, lib} {
+			assert.Equal(t, p.Limits(), q.Limits(), c.spec)
+			assert.Equal(t, mustCompiled(t, p).Limits, mustCompiled(t, q).Limits, "the same stored keys: %s", c.spec)
 		}
 	}
-	for _, spec := range []string{"a,b: 10/s", "x=y: 10/s", ": 10/s"} {
+	for _, spec := range []string{": 10/s", "10/s", "api: per-sec=10/s", `"api 10/s`} {
 		_, err := parsePolicy("", spec)
 		var ue *usageError
 		assert.ErrorAs(t, err, &ue, spec)
@@ -447,7 +449,7 @@ func TestCompiledKeysFollowLayoutTwo(t *testing.T) {
 		keys("10/s, 5000/h gcra, 100/min sliding, 60/min aligned"))
 	assert.Equal(t, keys("10/s, 5000/h gcra"), keys("20/s, 6000/h gcra"), "max is not part of a key")
 	assert.Equal(t, []string{":gcra:3600000:20"}, keys("5000/h gcra burst=20"))
-	assert.Equal(t, []string{"per-sec:fixed:1000"}, keys("per-sec=10/s"))
-	assert.Equal(t, keys("per-sec=10/s"), keys("10/s name=per-sec"))
-	assert.Equal(t, keys("per-sec=10/s"), keys("20/s name=per-sec"))
+	assert.Equal(t, []string{"per-sec:fixed:1000"}, keys("10/s name=per-sec"))
+	assert.Equal(t, keys("10/s name=per-sec"), keys("10/s name=per-sec"))
+	assert.Equal(t, keys("10/s name=per-sec"), keys("20/s name=per-sec"))
 }

@@ -1,11 +1,15 @@
 // Command legacy-migration moves a deployment off a hand-written limiter
 // (memcached INCR on "rl:<user>" and the window's end in
 // "rl:<user>:reset_at", as GitHub's old limiter kept them) onto throttlekit
-// over sharded Redis, while every client is in the middle of its window.
-// The legacy store is read-only to throttlekit: each client's first
-// decision reads its live counter and carries it into Redis, so no window
-// restarts and no quota is granted twice. MEMCACHED_ADDRS names the legacy
-// memcached, REDIS_GROUPS the Redis groups ("a=redis://h:p,b=redis://h:p").
+// over sharded Redis, while every client is in the middle of its window,
+// the way docs/MIGRATION.md's Step 0 goes. During the deploy, old
+// processes may still count, so the new code counts where and as they do:
+// backend/legacy with Deciding decides in the legacy keys, and a mirror
+// rollout at 0 % writes each window to Redis alongside. Once no old process
+// remains, the rollout goes to 100 %: Redis decides, from the windows
+// mirrored into it, so no window restarts and no quota is granted twice.
+// MEMCACHED_ADDRS names the legacy memcached, REDIS_GROUPS the Redis groups
+// ("a=redis://h:p,b=redis://h:p").
 package main
 
 import (
@@ -55,9 +59,11 @@ func main() {
 		}
 	}
 
-	// The deploy: throttlekit over sharded Redis, the legacy counters as
-	// the old side of a split rollout at 100 %.
-	legacy, err := legacybackend.NewMemcached(mc, time.Minute,
+	// The deploy: throttlekit deciding in the legacy keys (the hand-written
+	// limiter's window is a minute), Redis written alongside by a mirror
+	// rollout at 0 %.
+	const legacyWindow = time.Minute
+	legacy, err := legacybackend.NewMemcached(mc, legacyWindow, legacybackend.Deciding(),
 		legacybackend.WithKeyFunc(func(policy, id string) string { return "rl:" + id }))
 	if err != nil {
 		log.Fatal(err)
@@ -70,11 +76,11 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	all, err := rollout.NewStaticSource(100)
+	flag, err := rollout.NewStaticSource(0)
 	if err != nil {
 		log.Fatal(err)
 	}
-	rb, err := rollout.New(legacy, redis, all)
+	rb, err := rollout.New(legacy, redis, flag, rollout.WithMode(rollout.MirrorMode))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -83,26 +89,45 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// The legacy limit and nothing more: old processes count no other.
 	policy, err := throttler.ParsePolicy("api", "10/min")
 	if err != nil {
 		log.Fatal(err)
 	}
 
-	// Every client calls until it is denied: it must get exactly what the
-	// legacy counter left it, and see the legacy window's end.
-	restarts, doubleGrants, granted := 0, 0, 0
+	// While old processes may still run, each client calls once: the
+	// legacy keys decide, and its window is written to Redis.
+	allowedAt0 := make([]int, clients)
+	restarts := 0
+	call := func(i int) bool {
+		r, err := th.Allow(context.Background(), policy, "user:"+strconv.Itoa(i))
+		if err != nil || r.Degraded {
+			log.Fatalf("user:%d: %v %v", i, err, r.Err)
+		}
+		if !r.ResetAt.Equal(time.Unix(resetAt, 0)) {
+			restarts++
+		}
+		return r.Allowed
+	}
+	for i := range clients {
+		if call(i) {
+			allowedAt0[i]++
+		}
+	}
+	mirrored := rb.Stats().Mirrored
+
+	// No old process left: Redis decides. Every client calls until it is
+	// denied: over both steps it must get exactly what the legacy counter
+	// left it, and see the legacy window's end.
+	if err := flag.Set(100); err != nil {
+		log.Fatal(err)
+	}
+	doubleGrants, granted := 0, 0
 	for i := range clients {
 		left := quota - (1 + i%10)
-		allowed := 0
+		allowed := allowedAt0[i]
 		for range quota + 1 {
-			r, err := th.Allow(context.Background(), policy, "user:"+strconv.Itoa(i))
-			if err != nil || r.Degraded {
-				log.Fatalf("user:%d: %v %v", i, err, r.Err)
-			}
-			if !r.ResetAt.Equal(time.Unix(resetAt, 0)) {
-				restarts++
-			}
-			if !r.Allowed {
+			if !call(i) {
 				break
 			}
 			allowed++
@@ -112,8 +137,7 @@ func main() {
 		}
 		granted += allowed
 	}
-	st := rb.Stats()
-	fmt.Printf("clients: %d, carried over from the legacy counters: %d\n", clients, st.Seeded)
+	fmt.Printf("clients: %d, windows mirrored into Redis at 0 %%: %d\n", clients, mirrored)
 	fmt.Printf("requests granted after the deploy: %d\n", granted)
 	fmt.Printf("window restarts: %d, double grants: %d\n", restarts, doubleGrants)
 }

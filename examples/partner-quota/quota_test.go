@@ -15,6 +15,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/localserver"
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // TestEightWorkersShareTheFiveWindowQuota: 8 workers take the partner's
@@ -28,7 +29,7 @@ func TestEightWorkersShareTheFiveWindowQuota(t *testing.T) {
 	t.Cleanup(func() { client.Close() })
 	backend, err := redisbackend.New(client)
 	require.NoError(t, err)
-	clock := throttler.NewManualClock(testkit.T0)
+	clock := throttlertest.NewManualClock(testkit.T0)
 	th, err := throttler.New(backend, throttler.WithClock(clock), throttler.WithFailureMode(throttler.FailClosed),
 		throttler.WithCallTimeout(5*time.Second))
 	require.NoError(t, err)

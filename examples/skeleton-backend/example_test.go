@@ -7,11 +7,12 @@ import (
 
 	skeleton "github.com/throttlekit/throttlekit/examples/skeleton-backend"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // A throttler over the skeleton store, on a manual clock.
 func Example() {
-	clock := throttler.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	clock := throttlertest.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	thr, err := throttler.New(skeleton.New(), throttler.WithClock(clock))
 	if err != nil {
 		panic(err)

@@ -43,6 +43,29 @@ type module struct {
 	byName  map[string]*pkgInfo
 	byDir   map[string]*pkgInfo
 	modPath string
+	// nested maps the integration modules inside the repository (observe/otel,
+	// middleware/grpc...), by directory relative to root, to their module
+	// paths. Their packages are documented and checked as the core's are;
+	// bench/, a module of benchmarks against other libraries, is not.
+	nested map[string]string
+}
+
+// nestedModule returns the module path of dir's go.mod when dir is an
+// integration module of the repository: one whose module path is the
+// core's followed by its directory, outside bench/.
+func (m *module) nestedModule(rel string) (string, bool) {
+	src, err := os.ReadFile(filepath.Join(m.root, rel, "go.mod"))
+	if err != nil {
+		return "", false
+	}
+	for _, line := range strings.Split(string(src), "\n") {
+		if p, ok := strings.CutPrefix(line, "module "); ok {
+			p = strings.TrimSpace(p)
+			rel = filepath.ToSlash(rel)
+			return p, p == m.modPath+"/"+rel && rel != "bench" && !strings.HasPrefix(rel, "bench/")
+		}
+	}
+	return "", false
 }
 
 func loadModule(t *testing.T) *module {
@@ -55,7 +78,7 @@ func loadModule(t *testing.T) *module {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &module{root: root, byName: map[string]*pkgInfo{}, byDir: map[string]*pkgInfo{}}
+	m := &module{root: root, byName: map[string]*pkgInfo{}, byDir: map[string]*pkgInfo{}, nested: map[string]string{}}
 	for _, line := range strings.Split(string(gomod), "\n") {
 		if p, ok := strings.CutPrefix(line, "module "); ok {
 			m.modPath = strings.TrimSpace(p)
@@ -75,7 +98,12 @@ func loadModule(t *testing.T) *module {
 		}
 		if path != root {
 			if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
-				return filepath.SkipDir // another module (bench/)
+				rel, _ := filepath.Rel(root, path)
+				modPath, ok := m.nestedModule(rel)
+				if !ok {
+					return filepath.SkipDir // another module (bench/)
+				}
+				m.nested[filepath.ToSlash(rel)] = modPath
 			}
 		}
 		p, err := parseDir(root, path)

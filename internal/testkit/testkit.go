@@ -6,6 +6,7 @@ import (
 
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // T0 is the start of every test timeline: a time with a sub-second part, so
@@ -71,7 +72,7 @@ func Throttler(tb testing.TB, b driver.Backend, opts ...throttler.Option) *throt
 
 // Clock returns a manual clock reading T0 and the option that makes a
 // throttler read it.
-func Clock() (*throttler.ManualClock, throttler.Option) {
-	c := throttler.NewManualClock(T0)
+func Clock() (*throttlertest.ManualClock, throttler.Option) {
+	c := throttlertest.NewManualClock(T0)
 	return c, throttler.WithClock(c)
 }

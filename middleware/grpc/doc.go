@@ -100,4 +100,11 @@
 // method; the messages it then carries are not counted one by one. A
 // refused stream never reaches its handler: the client sees the status on
 // its first Recv.
+//
+// # Module
+//
+// This package is a module of its own, github.com/throttlekit/throttlekit/middleware/grpc,
+// so that a program that does not import it never inherits gRPC in its
+// go.mod: go get it beside the core. It is released and tested with the
+// core at the same commit.
 package grpclimit

@@ -18,12 +18,13 @@ import (
 	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
 	grpclimit "github.com/throttlekit/throttlekit/middleware/grpc"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // A gRPC server limited to 2 calls a minute per peer address; the third
 // call is refused with RetryInfo.
 func Example() {
-	clock := throttler.NewManualClock(time.Date(2030, 1, 1, 0, 0, 30, 0, time.UTC))
+	clock := throttlertest.NewManualClock(time.Date(2030, 1, 1, 0, 0, 30, 0, time.UTC))
 	t, err := throttler.New(memorybackend.New(), throttler.WithClock(clock))
 	if err != nil {
 		panic(err)

@@ -11,6 +11,7 @@ import (
 	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
 	debugpage "github.com/throttlekit/throttlekit/observe/debug"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // A debug page fed by a throttler's denials. In a program, serve it on an
@@ -25,7 +26,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	clock := throttler.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	clock := throttlertest.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	t, err := throttler.New(backend, throttler.WithClock(clock), throttler.WithObserver(page.Observer()))
 	if err != nil {
 		panic(err)

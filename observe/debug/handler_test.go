@@ -29,7 +29,7 @@ import (
 // down is a backend whose store refuses connections.
 type down struct{}
 
-var errRefused = fmt.Errorf("dial tcp 10.0.0.9:6379: %w", syscall.ECONNREFUSED)
+var errRefused = fmt.Errorf("dial tcp 192.0.2.9:6379: %w", syscall.ECONNREFUSED)
 
 func (down) Decide(context.Context, driver.Request) (driver.Outcome, error) {
 	return driver.Outcome{}, errRefused
@@ -72,7 +72,7 @@ func TestPage(t *testing.T) {
 	ctx := context.Background()
 	clock, withClock := testkit.Clock()
 	mem := memorybackend.New()
-	guarded, err := breaker.Wrap(down{}, "10.0.0.9:6379", breaker.WithFailures(2), breaker.WithFailingFor(0), breaker.WithLogger(nil))
+	guarded, err := breaker.Wrap(down{}, "192.0.2.9:6379", breaker.WithFailures(2), breaker.WithFailingFor(0), breaker.WithLogger(nil))
 	require.NoError(t, err)
 	set, err := breaker.NewSet(breaker.WithFailures(3), breaker.WithFailingFor(0), breaker.WithLogger(nil))
 	require.NoError(t, err)
@@ -168,7 +168,7 @@ func TestPage(t *testing.T) {
 	assert.Equal(t, "breaker_open", p.Backends[2].ErrorKind)
 
 	assert.Equal(t, []debugpage.Breaker{
-		{Source: "cache", Server: "10.0.0.9:6379", State: "open", Rejected: 2}, // bob's third request, the ping
+		{Source: "cache", Server: "192.0.2.9:6379", State: "open", Rejected: 2}, // bob's third request, the ping
 		{Source: "memcached", Server: "10.0.0.1:11211", State: "open", Rejected: 0},
 		{Source: "memcached", Server: "10.0.0.2:11211", State: "closed", Rejected: 0},
 	}, p.Breakers)

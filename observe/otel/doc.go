@@ -88,4 +88,11 @@
 // operation takes a lock to compute its sets. A span
 // allocates what the tracer needs to build and export it; outside a trace,
 // or unsampled, it costs a check of the context.
+//
+// # Module
+//
+// This package is a module of its own, github.com/throttlekit/throttlekit/observe/otel,
+// so that a program that does not import it never inherits OpenTelemetry in its
+// go.mod: go get it beside the core. It is released and tested with the
+// core at the same commit.
 package otelobserver

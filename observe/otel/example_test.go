@@ -13,6 +13,7 @@ import (
 	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
 	otelobserver "github.com/throttlekit/throttlekit/observe/otel"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // An Observer recording a throttler's decisions with the SDK's
@@ -27,7 +28,7 @@ func Example() {
 		panic(err)
 	}
 
-	clock := throttler.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	clock := throttlertest.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	t, err := throttler.New(memorybackend.New(), throttler.WithClock(clock), throttler.WithObserver(obs))
 	if err != nil {
 		panic(err)

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/throttlekit/throttlekit/backend/breaker"
+	"github.com/throttlekit/throttlekit/observe/internal/metricsconfig"
 )
 
 // gauges are the observable instruments read at collection, made only when
@@ -19,20 +20,6 @@ type gauges struct {
 	rolloutKilled     metric.Int64ObservableGauge
 	rolloutEvents     metric.Int64ObservableCounter
 	rolloutMismatches metric.Int64ObservableCounter
-}
-
-// breakerStates are the states a breaker's gauge reports, in order.
-var breakerStates = [...]breaker.State{breaker.Closed, breaker.HalfOpen, breaker.Open}
-
-// stateName names a breaker state as an attribute value.
-func stateName(s breaker.State) string {
-	switch s {
-	case breaker.Closed:
-		return "closed"
-	case breaker.HalfOpen:
-		return "half_open"
-	}
-	return "open"
 }
 
 // registerGauges makes the breaker and rollout instruments that the options
@@ -82,59 +69,28 @@ func (o *Observer) registerGauges(meter metric.Meter) error {
 // collect reports every breaker's and rollout's state.
 func (o *Observer) collect(_ context.Context, obs metric.Observer) error {
 	g := &o.gauges
-	seen := map[string]bool{}
-	for _, statuses := range o.breakers {
-		for _, s := range statuses() {
-			if seen[s.Server] {
-				continue // one server, one series
+	metricsconfig.EachBreaker(o.breakers, func(s breaker.Status) {
+		server := ServerKey.String(s.Server)
+		for _, st := range metricsconfig.BreakerStates {
+			var v int64
+			if s.State == st {
+				v = 1
 			}
-			seen[s.Server] = true
-			server := ServerKey.String(s.Server)
-			for _, st := range breakerStates {
-				var v int64
-				if s.State == st {
-					v = 1
-				}
-				obs.ObserveInt64(g.breakerState, v, metric.WithAttributes(server, StateKey.String(stateName(st))))
-			}
-			obs.ObserveInt64(g.breakerRejected, clamp(s.Rejected), metric.WithAttributes(server))
+			obs.ObserveInt64(g.breakerState, v, metric.WithAttributes(server, StateKey.String(metricsconfig.StateName(st))))
 		}
-	}
+		obs.ObserveInt64(g.breakerRejected, clamp(s.Rejected), metric.WithAttributes(server))
+	})
 	for _, r := range o.rollouts {
-		ratio, killed := 0.0, int64(0)
-		if src := r.b.Source(); src != nil {
-			if sp := src.Split(); sp != nil {
-				if sp.Killed() {
-					killed = 1
-				} else {
-					ratio = float64(sp.Percent()) / 100
-				}
-			}
-		}
-		name := RolloutKey.String(r.name)
+		ratio, killed := metricsconfig.Split(r.Backend)
+		name := RolloutKey.String(r.Name)
 		obs.ObserveFloat64(g.rolloutRatio, ratio, metric.WithAttributes(name))
-		obs.ObserveInt64(g.rolloutKilled, killed, metric.WithAttributes(name))
-		st := r.b.Stats()
-		for _, ev := range [...]struct {
-			name string
-			v    uint64
-		}{
-			{"default_routed", st.DefaultRouted}, {"mirrored", st.Mirrored},
-			{"mirror_shortfall", st.MirrorShortfalls}, {"secondary_error", st.SecondaryErrors},
-			{"shadow_compared", st.ShadowCompared}, {"shadow_mismatched", st.ShadowMismatches},
-			{"mirror_diverged", st.MirrorDiverged}, {"seed_checked", st.SeedChecks},
-			{"seeded", st.Seeded}, {"seed_unsupported", st.SeedUnsupported},
-		} {
-			obs.ObserveInt64(g.rolloutEvents, clamp(ev.v), metric.WithAttributes(name, RolloutEventKey.String(ev.name)))
+		obs.ObserveInt64(g.rolloutKilled, boolInt(killed), metric.WithAttributes(name))
+		st := r.Backend.Stats()
+		for _, ev := range metricsconfig.RolloutEvents(st) {
+			obs.ObserveInt64(g.rolloutEvents, clamp(ev.Value), metric.WithAttributes(name, RolloutEventKey.String(ev.Name)))
 		}
-		for _, m := range [...]struct {
-			kind string
-			v    uint64
-		}{
-			{"allowed_denied", st.AllowedDenied}, {"denied_allowed", st.DeniedAllowed},
-			{"remaining", st.RemainingDiffers}, {"reset", st.ResetDiffers},
-		} {
-			obs.ObserveInt64(g.rolloutMismatches, clamp(m.v), metric.WithAttributes(name, MismatchKey.String(m.kind)))
+		for _, m := range metricsconfig.RolloutMismatches(st) {
+			obs.ObserveInt64(g.rolloutMismatches, clamp(m.Value), metric.WithAttributes(name, MismatchKey.String(m.Name)))
 		}
 	}
 	return nil
@@ -146,4 +102,12 @@ func clamp(v uint64) int64 {
 		return math.MaxInt64
 	}
 	return int64(v)
+}
+
+// boolInt is 1 for true, 0 for false.
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"sync"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/throttlekit/throttlekit/backend/breaker"
 	"github.com/throttlekit/throttlekit/observe"
+	"github.com/throttlekit/throttlekit/observe/internal/metricsconfig"
 	"github.com/throttlekit/throttlekit/rollout"
 	"github.com/throttlekit/throttlekit/throttler"
 )
@@ -25,12 +24,12 @@ const ScopeName = "github.com/throttlekit/throttlekit/observe/otel"
 
 // DefaultNearLimit is the fraction of a limit's quota under which an
 // allowed decision counts as near the limit, as in observe/prometheus.
-const DefaultNearLimit = 0.2
+const DefaultNearLimit = metricsconfig.DefaultNearLimit
 
 // DefaultBuckets are the explicit bucket boundaries, in seconds, advised
 // for throttlekit.backend.call.duration: 50 µs to 1 s, the same as the
 // Prometheus collector's. A View of the MeterProvider may override them.
-var DefaultBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+var DefaultBuckets = metricsconfig.DefaultBuckets()
 
 // The attribute keys the Observer sets on metrics and spans.
 const (
@@ -86,19 +85,11 @@ type optionFunc func(*config) error
 func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
-	mp        metric.MeterProvider
-	tp        trace.TracerProvider
-	spans     bool
-	withID    bool
-	nearLimit float64
-	buckets   []float64
-	breakers  []func() []breaker.Status
-	rollouts  []namedRollout
-}
-
-type namedRollout struct {
-	name string
-	b    *rollout.Backend
+	metricsconfig.Common
+	mp     metric.MeterProvider
+	tp     trace.TracerProvider
+	spans  bool
+	withID bool
 }
 
 // WithMeterProvider sets the MeterProvider the metrics are made with; the
@@ -149,31 +140,14 @@ func WithIdentifierAttribute() Option {
 // decision counts as near the limit; the default is DefaultNearLimit. It
 // must be above 0 and below 1.
 func WithNearLimit(fraction float64) Option {
-	return optionFunc(func(c *config) error {
-		if !(fraction > 0 && fraction < 1) {
-			return fmt.Errorf("%w: WithNearLimit(%v): want a fraction above 0 and below 1", throttler.ErrInvalidOption, fraction)
-		}
-		c.nearLimit = fraction
-		return nil
-	})
+	return optionFunc(func(c *config) error { return c.SetNearLimit(fraction) })
 }
 
 // WithBuckets sets the bucket boundaries, in seconds, advised for the
 // backend call duration histogram; the default is DefaultBuckets. They
 // must be finite and increasing.
 func WithBuckets(bounds []float64) Option {
-	return optionFunc(func(c *config) error {
-		if len(bounds) == 0 {
-			return fmt.Errorf("%w: WithBuckets: no buckets", throttler.ErrInvalidOption)
-		}
-		for i, b := range bounds {
-			if math.IsNaN(b) || math.IsInf(b, 0) || i > 0 && !(b > bounds[i-1]) {
-				return fmt.Errorf("%w: WithBuckets: %v is not finite and increasing", throttler.ErrInvalidOption, bounds)
-			}
-		}
-		c.buckets = append([]float64(nil), bounds...)
-		return nil
-	})
+	return optionFunc(func(c *config) error { return c.SetBuckets(bounds) })
 }
 
 // WithBreakers adds a source of circuit-breaker states, read at every
@@ -181,31 +155,14 @@ func WithBuckets(bounds []float64) Option {
 // function of your own. It may be given several times; a server named by
 // two sources is reported once, from the first.
 func WithBreakers(statuses func() []breaker.Status) Option {
-	return optionFunc(func(c *config) error {
-		if statuses == nil {
-			return fmt.Errorf("%w: WithBreakers(nil)", throttler.ErrInvalidOption)
-		}
-		c.breakers = append(c.breakers, statuses)
-		return nil
-	})
+	return optionFunc(func(c *config) error { return c.AddBreakers(statuses) })
 }
 
 // WithRollout reports a rollout's split and counters with the attribute
 // throttlekit.rollout.name=name, read at every collection. It may be given
 // several times, with distinct names.
 func WithRollout(name string, b *rollout.Backend) Option {
-	return optionFunc(func(c *config) error {
-		if name == "" || b == nil {
-			return fmt.Errorf("%w: WithRollout needs a name and a backend", throttler.ErrInvalidOption)
-		}
-		for _, r := range c.rollouts {
-			if r.name == name {
-				return fmt.Errorf("%w: WithRollout: two rollouts named %q", throttler.ErrInvalidOption, name)
-			}
-		}
-		c.rollouts = append(c.rollouts, namedRollout{name, b})
-		return nil
-	})
+	return optionFunc(func(c *config) error { return c.AddRollout(name, b) })
 }
 
 // Observer records a throttler's decisions and backend calls as
@@ -223,13 +180,12 @@ type Observer struct {
 	errors    metric.Int64Counter
 
 	breakers []func() []breaker.Status
-	rollouts []namedRollout
+	rollouts []metricsconfig.NamedRollout
 	gauges   gauges
 	reg      atomic.Pointer[metric.Registration]
 
-	mu        sync.Mutex // held to add entries to the maps below
-	decisionS atomic.Pointer[map[decisionKey]*decisionSeries]
-	callS     atomic.Pointer[map[callKey]*callSeries]
+	decisionS metricsconfig.Series[decisionKey, *decisionSeries]
+	callS     metricsconfig.Series[callKey, *callSeries]
 }
 
 // decisionKey is what a decision's metric attributes, but its outcome,
@@ -256,10 +212,10 @@ type callSeries struct {
 // throttler.ErrInvalidOption; an instrument the MeterProvider refuses is an
 // error too.
 func New(opts ...Option) (*Observer, error) {
-	cfg := config{nearLimit: DefaultNearLimit, buckets: DefaultBuckets}
+	cfg := config{Common: metricsconfig.Defaults(DefaultBuckets)}
 	for _, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("%w: nil Option", throttler.ErrInvalidOption)
+			return nil, metricsconfig.NilOption()
 		}
 		if err := opt.apply(&cfg); err != nil {
 			return nil, err
@@ -268,7 +224,7 @@ func New(opts ...Option) (*Observer, error) {
 	if cfg.mp == nil {
 		cfg.mp = otel.GetMeterProvider()
 	}
-	o := &Observer{nearLimit: cfg.nearLimit, withID: cfg.withID, breakers: cfg.breakers, rollouts: cfg.rollouts}
+	o := &Observer{nearLimit: cfg.NearLimit, withID: cfg.withID, breakers: cfg.Breakers, rollouts: cfg.Rollouts}
 	if cfg.spans {
 		tp := cfg.tp
 		if tp == nil {
@@ -281,10 +237,10 @@ func New(opts ...Option) (*Observer, error) {
 	o.decisions, errs[0] = meter.Int64Counter("throttlekit.decisions", metric.WithUnit("{decision}"),
 		metric.WithDescription("Decisions by policy, binding limit and outcome (allowed, denied, cached, degraded_allowed, degraded_denied, local_allowed, local_denied)."))
 	o.near, errs[1] = meter.Int64Counter("throttlekit.near_limit", metric.WithUnit("{decision}"),
-		metric.WithDescription(fmt.Sprintf("Allowed decisions that left the binding limit under %g of its quota.", cfg.nearLimit)))
+		metric.WithDescription(fmt.Sprintf("Allowed decisions that left the binding limit under %g of its quota.", cfg.NearLimit)))
 	o.duration, errs[2] = meter.Float64Histogram("throttlekit.backend.call.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of the throttler's backend calls, by backend and operation."),
-		metric.WithExplicitBucketBoundaries(cfg.buckets...))
+		metric.WithExplicitBucketBoundaries(cfg.Buckets...))
 	o.errors, errs[3] = meter.Int64Counter("throttlekit.backend.errors", metric.WithUnit("{error}"),
 		metric.WithDescription("Failed backend calls by backend, operation and error.type (timeout, canceled, breaker_open, unreachable, bad_reply, closed, other)."))
 	if err := errors.Join(errs[:]...); err != nil {
@@ -293,8 +249,6 @@ func New(opts ...Option) (*Observer, error) {
 	if err := o.registerGauges(meter); err != nil {
 		return nil, fmt.Errorf("throttlekit: otel: %w", err)
 	}
-	o.decisionS.Store(&map[decisionKey]*decisionSeries{})
-	o.callS.Store(&map[callKey]*callSeries{})
 	return o, nil
 }
 
@@ -325,12 +279,7 @@ func (o *Observer) Observe(ctx context.Context, e throttler.Event) {
 	hasResult := e.HasResult()
 	if e.Op == "allow" && hasResult {
 		s := o.decision(e.Policy, r.Binding)
-		outcome := observe.Outcome(r)
-		if i := indexOf(observe.Outcomes, outcome); i < len(s.outcomes) {
-			o.decisions.Add(ctx, 1, s.outcomes[i]...)
-		} else {
-			o.decisions.Add(ctx, 1, metric.WithAttributes(PolicyKey.String(e.Policy), LimitKey.String(r.Binding), OutcomeKey.String(outcome)))
-		}
+		o.decisions.Add(ctx, 1, s.outcomes[metricsconfig.OutcomeIndex(r)]...)
 		if observe.NearLimit(r, o.nearLimit) {
 			o.near.Add(ctx, 1, s.near...)
 		}
@@ -339,12 +288,7 @@ func (o *Observer) Observe(ctx context.Context, e throttler.Event) {
 		c := o.call(e.Backend, e.Op)
 		o.duration.Record(ctx, e.Latency.Seconds(), c.duration...)
 		if e.Err != nil {
-			kind := observe.ErrorKind(e.Err)
-			if i := indexOf(observe.ErrorKinds, kind); i < len(c.errors) {
-				o.errors.Add(ctx, 1, c.errors[i]...)
-			} else {
-				o.errors.Add(ctx, 1, metric.WithAttributes(BackendKey.String(e.Backend), OpKey.String(e.Op), ErrorTypeKey.String(kind)))
-			}
+			o.errors.Add(ctx, 1, c.errors[metricsconfig.KindIndex(e.Err)]...)
 		}
 	}
 	if o.tracer != nil {
@@ -352,73 +296,35 @@ func (o *Observer) Observe(ctx context.Context, e throttler.Event) {
 	}
 }
 
-// indexOf returns the index of s in list, or len(list).
-func indexOf(list []string, s string) int {
-	for i, v := range list {
-		if v == s {
-			return i
-		}
-	}
-	return len(list)
-}
-
 // decision returns the attribute sets of a policy's limit, computing them
-// on first use. The map is copied on write: readers take no lock.
+// on first use.
 func (o *Observer) decision(policy, limit string) *decisionSeries {
-	key := decisionKey{policy, limit}
-	if s, ok := (*o.decisionS.Load())[key]; ok {
+	return o.decisionS.Get(decisionKey{policy, limit}, func() *decisionSeries {
+		s := &decisionSeries{
+			outcomes: make([][]metric.AddOption, len(observe.Outcomes)),
+			near:     addOption(PolicyKey.String(policy), LimitKey.String(limit)),
+		}
+		for i, outcome := range observe.Outcomes {
+			s.outcomes[i] = addOption(PolicyKey.String(policy), LimitKey.String(limit), OutcomeKey.String(outcome))
+		}
 		return s
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	old := *o.decisionS.Load()
-	if s, ok := old[key]; ok {
-		return s
-	}
-	s := &decisionSeries{
-		outcomes: make([][]metric.AddOption, len(observe.Outcomes)),
-		near:     addOption(PolicyKey.String(policy), LimitKey.String(limit)),
-	}
-	for i, outcome := range observe.Outcomes {
-		s.outcomes[i] = addOption(PolicyKey.String(policy), LimitKey.String(limit), OutcomeKey.String(outcome))
-	}
-	next := make(map[decisionKey]*decisionSeries, len(old)+1)
-	for k, v := range old {
-		next[k] = v
-	}
-	next[key] = s
-	o.decisionS.Store(&next)
-	return s
+	})
 }
 
 // call returns the attribute sets of a backend's operation, computing them
 // on first use.
 func (o *Observer) call(backend, op string) *callSeries {
-	key := callKey{backend, op}
-	if s, ok := (*o.callS.Load())[key]; ok {
+	return o.callS.Get(callKey{backend, op}, func() *callSeries {
+		set := attribute.NewSet(BackendKey.String(backend), OpKey.String(op))
+		s := &callSeries{
+			duration: []metric.RecordOption{metric.WithAttributeSet(set)},
+			errors:   make([][]metric.AddOption, len(observe.ErrorKinds)),
+		}
+		for i, kind := range observe.ErrorKinds {
+			s.errors[i] = addOption(BackendKey.String(backend), OpKey.String(op), ErrorTypeKey.String(kind))
+		}
 		return s
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	old := *o.callS.Load()
-	if s, ok := old[key]; ok {
-		return s
-	}
-	set := attribute.NewSet(BackendKey.String(backend), OpKey.String(op))
-	s := &callSeries{
-		duration: []metric.RecordOption{metric.WithAttributeSet(set)},
-		errors:   make([][]metric.AddOption, len(observe.ErrorKinds)),
-	}
-	for i, kind := range observe.ErrorKinds {
-		s.errors[i] = addOption(BackendKey.String(backend), OpKey.String(op), ErrorTypeKey.String(kind))
-	}
-	next := make(map[callKey]*callSeries, len(old)+1)
-	for k, v := range old {
-		next[k] = v
-	}
-	next[key] = s
-	o.callS.Store(&next)
-	return s
+	})
 }
 
 // addOption returns the options of a measurement with attrs, ready to pass

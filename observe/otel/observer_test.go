@@ -239,6 +239,7 @@ func TestBadOptions(t *testing.T) {
 		"decreasing buckets":     {otelobserver.WithBuckets([]float64{1, 0.5})},
 		"repeated bucket":        {otelobserver.WithBuckets([]float64{1, 1})},
 		"NaN bucket":             {otelobserver.WithBuckets([]float64{0.1, math.NaN()})},
+		"infinite bucket":        {otelobserver.WithBuckets([]float64{0.1, math.Inf(1)})},
 		"nil breakers":           {otelobserver.WithBreakers(nil)},
 		"rollout without name":   {otelobserver.WithRollout("", ro)},
 		"nil rollout":            {otelobserver.WithRollout("r", nil)},

@@ -3,26 +3,25 @@ package promobserver
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/throttlekit/throttlekit/backend/breaker"
 	"github.com/throttlekit/throttlekit/observe"
+	"github.com/throttlekit/throttlekit/observe/internal/metricsconfig"
 	"github.com/throttlekit/throttlekit/rollout"
 	"github.com/throttlekit/throttlekit/throttler"
 )
 
 // DefaultNearLimit is the fraction of a limit's quota under which an
 // allowed decision counts as near the limit.
-const DefaultNearLimit = 0.2
+const DefaultNearLimit = metricsconfig.DefaultNearLimit
 
 // DefaultBuckets are the backend latency histogram's buckets, in seconds:
 // 50 µs to 1 s, for calls that take tens of microseconds in process and a
 // few hundred over the network.
-var DefaultBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+var DefaultBuckets = metricsconfig.DefaultBuckets()
 
 // Option configures a Collector.
 type Option interface {
@@ -35,11 +34,8 @@ type optionFunc func(*config) error
 func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
+	metricsconfig.Common
 	namespace string
-	nearLimit float64
-	buckets   []float64
-	breakers  []func() []breaker.Status
-	rollouts  []namedRollout
 	quotas    []quotaGauge
 }
 
@@ -59,11 +55,6 @@ const MaxQuotaSubjects = 100
 // quotaScrapeTimeout bounds the peeks of one scrape.
 const quotaScrapeTimeout = 2 * time.Second
 
-type namedRollout struct {
-	name string
-	b    *rollout.Backend
-}
-
 // WithNamespace replaces the metric names' "throttlekit" prefix.
 func WithNamespace(ns string) Option {
 	return optionFunc(func(c *config) error {
@@ -79,61 +70,28 @@ func WithNamespace(ns string) Option {
 // decision counts as near the limit; the default is DefaultNearLimit. It
 // must be above 0 and below 1.
 func WithNearLimit(fraction float64) Option {
-	return optionFunc(func(c *config) error {
-		if !(fraction > 0 && fraction < 1) {
-			return fmt.Errorf("%w: WithNearLimit(%v): want a fraction above 0 and below 1", throttler.ErrInvalidOption, fraction)
-		}
-		c.nearLimit = fraction
-		return nil
-	})
+	return optionFunc(func(c *config) error { return c.SetNearLimit(fraction) })
 }
 
 // WithBuckets sets the backend latency histogram's buckets, in seconds;
-// the default is DefaultBuckets. They must be increasing.
+// the default is DefaultBuckets. They must be finite and increasing
+// (the histogram adds +Inf itself).
 func WithBuckets(buckets []float64) Option {
-	return optionFunc(func(c *config) error {
-		if len(buckets) == 0 {
-			return fmt.Errorf("%w: WithBuckets: no buckets", throttler.ErrInvalidOption)
-		}
-		for i := 1; i < len(buckets); i++ {
-			if !(buckets[i] > buckets[i-1]) {
-				return fmt.Errorf("%w: WithBuckets: %v is not increasing", throttler.ErrInvalidOption, buckets)
-			}
-		}
-		c.buckets = append([]float64(nil), buckets...)
-		return nil
-	})
+	return optionFunc(func(c *config) error { return c.SetBuckets(buckets) })
 }
 
 // WithBreakers adds a source of circuit-breaker states, read at every
 // scrape: redisbackend's Backend.Breakers, breaker.Set's Statuses, or a
 // function of your own. It may be given several times.
 func WithBreakers(statuses func() []breaker.Status) Option {
-	return optionFunc(func(c *config) error {
-		if statuses == nil {
-			return fmt.Errorf("%w: WithBreakers(nil)", throttler.ErrInvalidOption)
-		}
-		c.breakers = append(c.breakers, statuses)
-		return nil
-	})
+	return optionFunc(func(c *config) error { return c.AddBreakers(statuses) })
 }
 
 // WithRollout exports a rollout's split and counters under the label
 // rollout=name, read at every scrape. It may be given several times, with
 // distinct names.
 func WithRollout(name string, b *rollout.Backend) Option {
-	return optionFunc(func(c *config) error {
-		if name == "" || b == nil {
-			return fmt.Errorf("%w: WithRollout needs a name and a backend", throttler.ErrInvalidOption)
-		}
-		for _, r := range c.rollouts {
-			if r.name == name {
-				return fmt.Errorf("%w: WithRollout: two rollouts named %q", throttler.ErrInvalidOption, name)
-			}
-		}
-		c.rollouts = append(c.rollouts, namedRollout{name, b})
-		return nil
-	})
+	return optionFunc(func(c *config) error { return c.AddRollout(name, b) })
 }
 
 // WithQuotaGauge exports, for each of a few subjects the program names (a
@@ -187,15 +145,12 @@ type Collector struct {
 	quotaLimit      *prometheus.Desc
 	quotaErrors     *prometheus.Desc
 
-	mu       sync.Mutex // held to add series to the maps below
-	policies atomic.Pointer[map[string]*policySeries]
-	calls    atomic.Pointer[map[callKey]*callSeries]
+	limits metricsconfig.Series[limitKey, *limitSeries]
+	calls  metricsconfig.Series[callKey, *callSeries]
 }
 
-// policySeries holds the resolved counters of one policy's limits.
-type policySeries struct {
-	limits map[string]*limitSeries
-}
+// limitKey names a policy's limit.
+type limitKey struct{ policy, limit string }
 
 type limitSeries struct {
 	outcomes  [7]prometheus.Counter // in the order of observe.Outcomes
@@ -212,10 +167,10 @@ type callSeries struct {
 // New returns a Collector. A bad option is an error wrapping
 // throttler.ErrInvalidOption.
 func New(opts ...Option) (*Collector, error) {
-	cfg := config{namespace: "throttlekit", nearLimit: DefaultNearLimit, buckets: DefaultBuckets}
+	cfg := config{Common: metricsconfig.Defaults(DefaultBuckets), namespace: "throttlekit"}
 	for _, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: nil Option", throttler.ErrInvalidOption)
+			return nil, metricsconfig.NilOption()
 		}
 		if err := o.apply(&cfg); err != nil {
 			return nil, err
@@ -227,10 +182,10 @@ func New(opts ...Option) (*Collector, error) {
 			Help: "Decisions by policy, binding limit and outcome (allowed, denied, cached, degraded_allowed, degraded_denied, local_allowed, local_denied)."},
 			[]string{"policy", "limit", "outcome"}),
 		nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "near_limit_total",
-			Help: fmt.Sprintf("Allowed decisions that left the binding limit under %g of its quota.", cfg.nearLimit)},
+			Help: fmt.Sprintf("Allowed decisions that left the binding limit under %g of its quota.", cfg.NearLimit)},
 			[]string{"policy", "limit"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "backend_call_duration_seconds",
-			Help: "Duration of the throttler's backend calls, by backend and operation.", Buckets: cfg.buckets},
+			Help: "Duration of the throttler's backend calls, by backend and operation.", Buckets: cfg.Buckets},
 			[]string{"backend", "op"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "backend_errors_total",
 			Help: "Failed backend calls by backend, operation and kind (timeout, canceled, breaker_open, unreachable, bad_reply, closed, other)."},
@@ -261,8 +216,6 @@ func New(opts ...Option) (*Collector, error) {
 			"1 when the last scrape could not read a WithQuotaGauge subject (its gauges are then absent).",
 			[]string{"policy", "subject"}, nil),
 	}
-	c.policies.Store(&map[string]*policySeries{})
-	c.calls.Store(&map[callKey]*callSeries{})
 	return c, nil
 }
 
@@ -271,8 +224,8 @@ func (c *Collector) Observe(_ context.Context, e throttler.Event) {
 	if e.Op == "allow" && e.HasResult() {
 		r := &e.Result
 		ls := c.limit(e.Policy, r.Binding)
-		ls.outcomes[outcomeIndex(r)].Inc()
-		if observe.NearLimit(r, c.cfg.nearLimit) {
+		ls.outcomes[metricsconfig.OutcomeIndex(r)].Inc()
+		if observe.NearLimit(r, c.cfg.NearLimit) {
 			ls.nearLimit.Inc()
 		}
 		if r.Cached {
@@ -282,97 +235,31 @@ func (c *Collector) Observe(_ context.Context, e throttler.Event) {
 	cs := c.call(e.Backend, e.Op)
 	cs.latency.Observe(e.Latency.Seconds())
 	if e.Err != nil {
-		cs.errors[kindIndex(e.Err)].Inc()
+		cs.errors[metricsconfig.KindIndex(e.Err)].Inc()
 	}
-}
-
-// outcomeIndex is the index of observe.Outcome(r) in observe.Outcomes.
-func outcomeIndex(r *throttler.Result) int {
-	switch {
-	case r.Cached:
-		return 2
-	case r.Local && r.Allowed:
-		return 5
-	case r.Local:
-		return 6
-	case r.Degraded && r.Allowed:
-		return 3
-	case r.Degraded:
-		return 4
-	case r.Allowed:
-		return 0
-	}
-	return 1
-}
-
-func kindIndex(err error) int {
-	k := observe.ErrorKind(err)
-	for i, name := range observe.ErrorKinds {
-		if name == k {
-			return i
-		}
-	}
-	return len(observe.ErrorKinds) - 1
 }
 
 // limit returns the series of a policy's limit, adding them on first use.
 func (c *Collector) limit(policy, limit string) *limitSeries {
-	if ps, ok := (*c.policies.Load())[policy]; ok {
-		if ls, ok := ps.limits[limit]; ok {
-			return ls
+	return c.limits.Get(limitKey{policy, limit}, func() *limitSeries {
+		ls := &limitSeries{nearLimit: c.nearLimit.WithLabelValues(policy, limit)}
+		for i, o := range observe.Outcomes {
+			ls.outcomes[i] = c.decisions.WithLabelValues(policy, limit, o)
 		}
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	old := *c.policies.Load()
-	if ps, ok := old[policy]; ok {
-		if ls, ok := ps.limits[limit]; ok {
-			return ls
-		}
-	}
-	ls := &limitSeries{nearLimit: c.nearLimit.WithLabelValues(policy, limit)}
-	for i, o := range observe.Outcomes {
-		ls.outcomes[i] = c.decisions.WithLabelValues(policy, limit, o)
-	}
-	next := make(map[string]*policySeries, len(old)+1)
-	for k, v := range old {
-		next[k] = v
-	}
-	ps := &policySeries{limits: map[string]*limitSeries{limit: ls}}
-	if prev, ok := old[policy]; ok {
-		for k, v := range prev.limits {
-			ps.limits[k] = v
-		}
-	}
-	next[policy] = ps
-	c.policies.Store(&next)
-	return ls
+		return ls
+	})
 }
 
 // call returns the series of a backend's operation, adding them on first
 // use.
 func (c *Collector) call(backend, op string) *callSeries {
-	key := callKey{backend, op}
-	if cs, ok := (*c.calls.Load())[key]; ok {
+	return c.calls.Get(callKey{backend, op}, func() *callSeries {
+		cs := &callSeries{latency: c.latency.WithLabelValues(backend, op)}
+		for i, k := range observe.ErrorKinds {
+			cs.errors[i] = c.errors.WithLabelValues(backend, op, k)
+		}
 		return cs
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	old := *c.calls.Load()
-	if cs, ok := old[key]; ok {
-		return cs
-	}
-	cs := &callSeries{latency: c.latency.WithLabelValues(backend, op)}
-	for i, k := range observe.ErrorKinds {
-		cs.errors[i] = c.errors.WithLabelValues(backend, op, k)
-	}
-	next := make(map[callKey]*callSeries, len(old)+1)
-	for k, v := range old {
-		next[k] = v
-	}
-	next[key] = cs
-	c.calls.Store(&next)
-	return cs
+	})
 }
 
 // Describe implements prometheus.Collector.
@@ -398,56 +285,31 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.nearLimit.Collect(ch)
 	c.latency.Collect(ch)
 	c.errors.Collect(ch)
-	seen := map[string]bool{}
-	for _, statuses := range c.cfg.breakers {
-		for _, s := range statuses() {
-			if seen[s.Server] {
-				continue // two sources naming one server would be a duplicate series
+	metricsconfig.EachBreaker(c.cfg.Breakers, func(s breaker.Status) {
+		for _, st := range metricsconfig.BreakerStates {
+			v := 0.0
+			if s.State == st {
+				v = 1
 			}
-			seen[s.Server] = true
-			for _, st := range []breaker.State{breaker.Closed, breaker.HalfOpen, breaker.Open} {
-				v := 0.0
-				if s.State == st {
-					v = 1
-				}
-				ch <- prometheus.MustNewConstMetric(c.breakerState, prometheus.GaugeValue, v, s.Server, stateLabel(st))
-			}
-			ch <- prometheus.MustNewConstMetric(c.breakerRejected, prometheus.CounterValue, float64(s.Rejected), s.Server)
+			ch <- prometheus.MustNewConstMetric(c.breakerState, prometheus.GaugeValue, v, s.Server, metricsconfig.StateName(st))
 		}
-	}
+		ch <- prometheus.MustNewConstMetric(c.breakerRejected, prometheus.CounterValue, float64(s.Rejected), s.Server)
+	})
 	c.collectQuotas(ch)
-	for _, r := range c.cfg.rollouts {
-		ratio, killed := 0.0, 0.0
-		if sp := r.b.Source().Split(); sp != nil {
-			if sp.Killed() {
-				killed = 1
-			} else {
-				ratio = float64(sp.Percent()) / 100
-			}
+	for _, r := range c.cfg.Rollouts {
+		ratio, killed := metricsconfig.Split(r.Backend)
+		killedValue := 0.0
+		if killed {
+			killedValue = 1
 		}
-		ch <- prometheus.MustNewConstMetric(c.rolloutRatio, prometheus.GaugeValue, ratio, r.name)
-		ch <- prometheus.MustNewConstMetric(c.rolloutKilled, prometheus.GaugeValue, killed, r.name)
-		st := r.b.Stats()
-		for _, ev := range []struct {
-			name string
-			v    uint64
-		}{
-			{"default_routed", st.DefaultRouted}, {"mirrored", st.Mirrored},
-			{"mirror_shortfall", st.MirrorShortfalls}, {"secondary_error", st.SecondaryErrors},
-			{"shadow_compared", st.ShadowCompared}, {"shadow_mismatched", st.ShadowMismatches},
-			{"mirror_diverged", st.MirrorDiverged}, {"seed_checked", st.SeedChecks},
-			{"seeded", st.Seeded}, {"seed_unsupported", st.SeedUnsupported},
-		} {
-			ch <- prometheus.MustNewConstMetric(c.rolloutEvents, prometheus.CounterValue, float64(ev.v), r.name, ev.name)
+		ch <- prometheus.MustNewConstMetric(c.rolloutRatio, prometheus.GaugeValue, ratio, r.Name)
+		ch <- prometheus.MustNewConstMetric(c.rolloutKilled, prometheus.GaugeValue, killedValue, r.Name)
+		st := r.Backend.Stats()
+		for _, ev := range metricsconfig.RolloutEvents(st) {
+			ch <- prometheus.MustNewConstMetric(c.rolloutEvents, prometheus.CounterValue, float64(ev.Value), r.Name, ev.Name)
 		}
-		for _, m := range []struct {
-			kind string
-			v    uint64
-		}{
-			{"allowed_denied", st.AllowedDenied}, {"denied_allowed", st.DeniedAllowed},
-			{"remaining", st.RemainingDiffers}, {"reset", st.ResetDiffers},
-		} {
-			ch <- prometheus.MustNewConstMetric(c.rolloutMismatch, prometheus.CounterValue, float64(m.v), r.name, m.kind)
+		for _, m := range metricsconfig.RolloutMismatches(st) {
+			ch <- prometheus.MustNewConstMetric(c.rolloutMismatch, prometheus.CounterValue, float64(m.Value), r.Name, m.Name)
 		}
 	}
 }
@@ -478,15 +340,4 @@ func (c *Collector) collectQuotas(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
-}
-
-// stateLabel names a breaker state as a label value.
-func stateLabel(s breaker.State) string {
-	switch s {
-	case breaker.Closed:
-		return "closed"
-	case breaker.HalfOpen:
-		return "half_open"
-	}
-	return "open"
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -219,6 +220,9 @@ func TestBadOptions(t *testing.T) {
 		"near limit NaN":    promobserver.WithNearLimit(nan()),
 		"no buckets":        promobserver.WithBuckets(nil),
 		"unsorted buckets":  promobserver.WithBuckets([]float64{1, 0.5}),
+		"NaN bucket":        promobserver.WithBuckets([]float64{0.1, nan()}),
+		"infinite bucket":   promobserver.WithBuckets([]float64{0.1, math.Inf(1)}),
+		"-Inf bucket":       promobserver.WithBuckets([]float64{math.Inf(-1), 0.1}),
 		"nil breakers":      promobserver.WithBreakers(nil),
 		"unnamed rollout":   promobserver.WithRollout("", nil),
 		"empty namespace":   promobserver.WithNamespace(""),

@@ -66,4 +66,11 @@
 // atomic adds: no allocation and no lock once a policy and limit have been
 // seen (BenchmarkObserve). The first decision of a new policy, limit or
 // operation takes a lock to add its series.
+//
+// # Module
+//
+// This package is a module of its own, github.com/throttlekit/throttlekit/observe/prometheus,
+// so that a program that does not import it never inherits the Prometheus client in its
+// go.mod: go get it beside the core. It is released and tested with the
+// core at the same commit.
 package promobserver

@@ -10,6 +10,7 @@ import (
 	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
 	promobserver "github.com/throttlekit/throttlekit/observe/prometheus"
 	"github.com/throttlekit/throttlekit/throttler"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // A collector observing a throttler, registered with a registry; in a
@@ -22,7 +23,7 @@ func Example() {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
 
-	clock := throttler.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	clock := throttlertest.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	t, err := throttler.New(memorybackend.New(), throttler.WithClock(clock), throttler.WithObserver(c))
 	if err != nil {
 		panic(err)

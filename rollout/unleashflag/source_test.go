@@ -22,6 +22,7 @@ import (
 	"github.com/throttlekit/throttlekit/rollout"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // TestSplitMatchesUnleashClient checks that the source's own evaluation
@@ -152,7 +153,7 @@ func TestUnleashDistributionAndMonotonicity(t *testing.T) {
 func TestUnleashRaiseMovesOnlyOldToNew(t *testing.T) {
 	flags := newFlagServer(t, 10)
 	src := newTestSource(t, flags)
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "100/h")
 	oldB, newB := memorybackend.New(), memorybackend.New()
 	th := testkit.Throttler(t, mustRollout(t, oldB, newB, src), throttler.WithClock(clock))
@@ -285,7 +286,7 @@ func TestUnleashDefaultBeforeFirstAnswer(t *testing.T) {
 	waitFor(t, "a failed fetch", func() bool { return src.Status().Errors > 0 })
 	require.Nil(t, src.Split())
 
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	policy := mustPolicy(t, "api", "10/min")
 	for _, side := range []rollout.Side{rollout.SideOld, rollout.SideNew} {
 		oldB, newB := memorybackend.New(), memorybackend.New()

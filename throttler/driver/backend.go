@@ -220,7 +220,10 @@ type Nonblocking interface {
 
 // Closer is implemented by backends that own resources: clients they
 // opened themselves, goroutines. Close releases them; later calls return an
-// error wrapping ErrClosed. A client passed to a backend's constructor stays
+// error wrapping ErrClosed. Close never deletes or expires stored state,
+// nor releases anything stored state depends on (a lease or TTL that the
+// store would then expire): the windows belong to every process sharing
+// the store and outlive this one. A client passed to a backend's constructor stays
 // the caller's to close. A decorator (sharded, rollout) owns the backends it
 // wraps, so its Close closes each of them that implements Closer.
 //

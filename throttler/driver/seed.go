@@ -65,20 +65,27 @@ func InForce(l *Limit, s State, now time.Time) State {
 //     or before now, a sliding window whose counts are both 0) is ignored:
 //     held stays as it is;
 //  2. otherwise, when held counts nothing, held becomes the given state;
-//  3. otherwise both count, and the newer wins:
-//     - fixed windows: the same End keeps the larger Used (writers of one
-//     window race, and a window's count only grows); a different End
-//     takes the given window, since the caller has just read it from the
-//     store that decides;
+//  3. otherwise both count:
+//     - fixed windows (anchored and aligned): the store keeps the window
+//     it holds, its End unchanged, and Used becomes the larger of the
+//     two counts. With the same End that is one window's writers racing
+//     (a window's count only grows); with a different End one of the two
+//     is a window the caller could not vouch for (read from a store
+//     another process opened its own window in, or written late), and
+//     neither its reset nor a unit either store counted is given away;
 //     - GCRA: the later TAT;
 //     - sliding window: the same End keeps the larger Used and the larger
 //     Prev; a different End (a clock ahead wrote one of them) keeps the
-//     later one, as Sliding 1 keeps a clock's units that runs ahead.
+//     later one, as Sliding 1 keeps a clock's units that runs ahead: both
+//     are aligned, so the later one is the same series further on.
 //
-// Merging a state into a store that already holds it changes nothing, so a
-// write repeated or arriving late never moves a window back nor takes a
-// unit away. A slice whose length does not match the policy changes
-// nothing.
+// So a merge never moves the End of a fixed window that is open at now,
+// forward or back (a ResetAt a client was shown stays until that window
+// closes), never lowers a count in force, and never moves a TAT or a
+// sliding window back. Merging a state into a store that already holds it
+// changes nothing, so a write repeated or arriving late changes nothing
+// either, or only raises a count. A slice whose length does not match the
+// policy changes nothing.
 func Merge(p *Policy, now time.Time, held, given []State) bool {
 	if len(held) != len(p.Limits) || len(given) != len(p.Limits) {
 		return false
@@ -103,7 +110,7 @@ func Merge(p *Policy, now time.Time, held, given []State) bool {
 	return changed
 }
 
-// mergeOne returns the newer of two states that both count at now, already
+// mergeOne returns the merge of two states that both count at now, already
 // in their InForce form (rule 3 of Merge).
 func mergeOne(l *Limit, h, g State) State {
 	switch l.Algorithm {
@@ -118,10 +125,8 @@ func mergeOne(l *Limit, h, g State) State {
 		}
 		return h
 	}
-	if g.End == h.End {
-		return State{Used: max(h.Used, g.Used), End: h.End}
-	}
-	return g
+	// Fixed windows: the held window stays, whatever End the given one has.
+	return State{Used: max(h.Used, g.Used), End: h.End}
 }
 
 // Seed is the reference implementation of Seeder.Seed on one identifier's

@@ -17,6 +17,7 @@ func TestMergeRule(t *testing.T) {
 	now := time.UnixMilli(100_000)
 	nowUs := now.UnixMicro()
 	fixed := limit(t, "f", driver.FixedWindow, 10, time.Minute, 0)
+	aligned := limit(t, "a", driver.AlignedWindow, 10, time.Minute, 0)
 	gcra := limit(t, "g", driver.GCRA, 10, time.Minute, 0)
 	sliding := limit(t, "s", driver.SlidingWindow, 10, time.Minute, 0)
 	cases := []struct {
@@ -30,7 +31,11 @@ func TestMergeRule(t *testing.T) {
 		{"fixed: closed given ignored", fixed, driver.State{Used: 2, End: 140_000}, driver.State{Used: 8, End: 100_000}, driver.State{Used: 2, End: 140_000}, false},
 		{"fixed: same window keeps the larger count", fixed, driver.State{Used: 6, End: 130_000}, driver.State{Used: 4, End: 130_000}, driver.State{Used: 6, End: 130_000}, false},
 		{"fixed: same window takes a larger given", fixed, driver.State{Used: 3, End: 130_000}, driver.State{Used: 4, End: 130_000}, driver.State{Used: 4, End: 130_000}, true},
-		{"fixed: another open window takes given", fixed, driver.State{Used: 1, End: 150_000}, driver.State{Used: 4, End: 130_000}, driver.State{Used: 4, End: 130_000}, true},
+		{"fixed: another open window keeps the held End, the larger count", fixed, driver.State{Used: 1, End: 150_000}, driver.State{Used: 4, End: 130_000}, driver.State{Used: 4, End: 150_000}, true},
+		{"fixed: a later open window keeps the held End", fixed, driver.State{Used: 1, End: 130_000}, driver.State{Used: 4, End: 150_000}, driver.State{Used: 4, End: 130_000}, true},
+		{"fixed: another open window with a smaller count changes nothing", fixed, driver.State{Used: 6, End: 150_000}, driver.State{Used: 4, End: 130_000}, driver.State{Used: 6, End: 150_000}, false},
+		{"aligned: the next window keeps the held one", aligned, driver.State{Used: 2, End: 120_000}, driver.State{Used: 7, End: 180_000}, driver.State{Used: 7, End: 120_000}, true},
+		{"aligned: closed held takes the given window", aligned, driver.State{Used: 2, End: 60_000}, driver.State{Used: 7, End: 120_000}, driver.State{Used: 7, End: 120_000}, true},
 		{"gcra: later TAT wins", gcra, driver.State{End: nowUs + 5e6}, driver.State{End: nowUs + 9e6}, driver.State{End: nowUs + 9e6}, true},
 		{"gcra: earlier given ignored", gcra, driver.State{End: nowUs + 9e6}, driver.State{End: nowUs + 5e6}, driver.State{End: nowUs + 9e6}, false},
 		{"gcra: past TAT ignored", gcra, driver.State{}, driver.State{End: nowUs}, driver.State{}, false},
@@ -53,9 +58,11 @@ func TestMergeRule(t *testing.T) {
 }
 
 // TestMergeNeverLowersAStore: whatever two stores hold, merging one into
-// the other leaves the receiver no emptier than it was for every limit
-// whose window the given state shares, and exactly as full as the given one
-// when it held nothing: random states against the rule's promises.
+// the other leaves the receiver no emptier than either of them for every
+// fixed window and GCRA limit, and for a sliding limit whose window the
+// given state shares; exactly as full as the given one when it held
+// nothing; and a fixed window the receiver holds open keeps its End:
+// random states against the rule's promises.
 func TestMergeNeverLowersAStore(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	p, err := driver.NewPolicy("p",
@@ -64,6 +71,7 @@ func TestMergeNeverLowersAStore(t *testing.T) {
 		limit(t, "g", driver.GCRA, 10, time.Minute, 0),
 		limit(t, "s", driver.SlidingWindow, 10, time.Minute, 0))
 	require.NoError(t, err)
+	differentEnds := 0 // fixed windows open on both sides with another End
 	for range 20_000 {
 		now := time.UnixMilli(1_000_000 + rng.Int64N(300_000))
 		a, b := make([]driver.State, 4), make([]driver.State, 4)
@@ -86,11 +94,20 @@ func TestMergeNeverLowersAStore(t *testing.T) {
 			if driver.InForce(l, a[i], now) == (driver.State{}) {
 				assert.Equal(t, given.Remaining, after.Remaining, "%s: nothing held takes the given state", l.Name)
 			}
-			if l.Algorithm == driver.GCRA || driver.InForce(l, a[i], now).End == driver.InForce(l, b[i], now).End {
-				assert.LessOrEqual(t, after.Remaining, min(before.Remaining, given.Remaining), "%s: one window keeps the fuller count", l.Name)
+			held, got := driver.InForce(l, a[i], now), driver.InForce(l, b[i], now)
+			if l.Algorithm != driver.SlidingWindow || held.End == got.End {
+				assert.LessOrEqual(t, after.Remaining, min(before.Remaining, given.Remaining), "%s: the merge keeps the fuller count", l.Name)
+			}
+			fixedWindow := l.Algorithm == driver.FixedWindow || l.Algorithm == driver.AlignedWindow
+			if fixedWindow && held != (driver.State{}) {
+				assert.Equal(t, held.End, driver.InForce(l, merged[i], now).End, "%s: an open window held keeps its End", l.Name)
+				if got != (driver.State{}) && got.End != held.End {
+					differentEnds++
+				}
 			}
 		}
 	}
+	assert.Greater(t, differentEnds, 1000, "too few fixed windows open on both sides with different ends to check the rule")
 }
 
 func TestCheckGiven(t *testing.T) {

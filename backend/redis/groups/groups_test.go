@@ -22,6 +22,7 @@ import (
 	"github.com/throttlekit/throttlekit/rollout"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // TestConformance runs the conformance suite through the sharded backend
@@ -173,7 +174,7 @@ func TestStoppedShardDegradesOnlyItsIdentifiers(t *testing.T) {
 	ts := servers(t)
 	ctx := context.Background()
 	b := openFailFast(t, ts)
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	// A generous timeout: live shards must never time out under -race.
 	th := testkit.Throttler(t, b, throttler.WithClock(clock), throttler.WithCallTimeout(5*time.Second),
 		throttler.WithLogger(nil))
@@ -282,7 +283,7 @@ func TestStoppedReplicaFallsBackToPrimary(t *testing.T) {
 			replicaFailures.Add(1)
 		}
 	})))
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	th := testkit.Throttler(t, b, throttler.WithClock(clock), throttler.WithCallTimeout(5*time.Second))
 	p := mustPolicy(t, "api", "10/min")
 	ids := identifiers(60)
@@ -345,7 +346,7 @@ func TestReplicaPeekAfterWindowClosed(t *testing.T) {
 	ts := servers(t)
 	ctx := context.Background()
 	b, prefix := openShared(t, ts, "")
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	th := testkit.Throttler(t, b, throttler.WithClock(clock), throttler.WithCallTimeout(5*time.Second))
 	p := mustPolicy(t, "api", "5/min")
 	const id = "user:github"
@@ -428,7 +429,7 @@ func TestReshardingStartsMovedIdentifiersAfresh(t *testing.T) {
 	require.NoError(t, err)
 	defer newLayout.Close()
 
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	before := testkit.Throttler(t, oldLayout, throttler.WithClock(clock), throttler.WithCallTimeout(5*time.Second))
 	after := testkit.Throttler(t, newLayout, throttler.WithClock(clock), throttler.WithCallTimeout(5*time.Second))
 	p := mustPolicy(t, "api", "5/min")
@@ -484,7 +485,7 @@ func TestMirrorModeCarriesWindowsAcrossReshard(t *testing.T) {
 		rollout.WithSecondaryErrorHandler(func(err error) { secondaryErrors = append(secondaryErrors, err) }))
 	require.NoError(t, err)
 
-	clock := throttler.NewManualClock(t0)
+	clock := throttlertest.NewManualClock(t0)
 	th := testkit.Throttler(t, migration, throttler.WithClock(clock), throttler.WithCallTimeout(5*time.Second))
 	p := mustPolicy(t, "api", "5/min")
 	ids := identifiers(200)
@@ -543,7 +544,7 @@ func TestMirrorOverOneSharedPrefixCountsOnce(t *testing.T) {
 	require.NoError(t, err)
 	migration, err := rollout.New(oldLayout, newLayout, flag, rollout.WithMode(rollout.MirrorMode))
 	require.NoError(t, err)
-	th := testkit.Throttler(t, migration, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithCallTimeout(5*time.Second))
+	th := testkit.Throttler(t, migration, throttler.WithClock(throttlertest.NewManualClock(t0)), throttler.WithCallTimeout(5*time.Second))
 	p := mustPolicy(t, "api", "5/min")
 
 	id := ""
@@ -572,7 +573,7 @@ func TestOpenRedisServesFromTheConfigString(t *testing.T) {
 	b, prefix := openShared(t, ts, "")
 	require.NoError(t, b.Ping(ctx))
 	assert.Equal(t, shardNames, b.Shards())
-	th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithCallTimeout(5*time.Second))
+	th := testkit.Throttler(t, b, throttler.WithClock(throttlertest.NewManualClock(t0)), throttler.WithCallTimeout(5*time.Second))
 	p := mustPolicy(t, "api", "5/min")
 	for _, id := range identifiers(30) {
 		_, err := th.AllowN(ctx, p, id, 4)
@@ -627,7 +628,7 @@ func TestTimeoutBoundsAHungShard(t *testing.T) {
 			b, err := Open("a=redis://" + server.Addr() + params)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = b.Close() })
-			th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithLogger(nil))
+			th := testkit.Throttler(t, b, throttler.WithClock(throttlertest.NewManualClock(t0)), throttler.WithLogger(nil))
 			p := mustPolicy(t, "api", "10/min", throttler.WithFailureMode(throttler.FailClosed))
 			// The healthy decision proves the layout works, not a
 			// latency: a timeout load cannot reach, on p's keys.
@@ -672,7 +673,7 @@ func TestPeekGivesAHungReplicaHalfTheTime(t *testing.T) {
 	// The timeout is generous so that the primary answers in its half even
 	// under -race; the replica hangs far longer than the whole of it.
 	const timeout = 2 * time.Second
-	th := testkit.Throttler(t, b, throttler.WithClock(throttler.NewManualClock(t0)), throttler.WithLogger(nil),
+	th := testkit.Throttler(t, b, throttler.WithClock(throttlertest.NewManualClock(t0)), throttler.WithLogger(nil),
 		throttler.WithCallTimeout(timeout))
 	p := mustPolicy(t, "api", "10/min")
 	_, err = th.AllowN(ctx, p, "user", 3)

@@ -12,6 +12,7 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
+	"github.com/throttlekit/throttlekit/throttler/throttlertest"
 )
 
 // TestSeedReachesTheOwningGroup: states given to the groups' sharded
@@ -40,7 +41,7 @@ func TestSeedReachesTheOwningGroup(t *testing.T) {
 		{Used: 3, End: t0.Add(40 * time.Second).UnixMilli()},
 		{End: now.Add(30 * time.Second).UnixMicro()},
 	}
-	clock := throttler.NewManualClock(now)
+	clock := throttlertest.NewManualClock(now)
 	th := testkit.Throttler(t, b, throttler.WithClock(clock), throttler.WithCallTimeout(5*time.Second))
 	held := map[string]int{}
 	for _, id := range identifiers(60) {
