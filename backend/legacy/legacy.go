@@ -174,7 +174,7 @@ func buildOptions(backend string, opts []Option, notFor ...string) (options, err
 	o := options{key: DefaultKey}
 	for _, opt := range opts {
 		if opt == nil {
-			return options{}, fmt.Errorf("%w: legacy: nil option", driver.ErrInvalidOption)
+			return options{}, driver.Errorf("%w: legacy: nil option", driver.ErrInvalidOption)
 		}
 		if err := opt.apply(&o); err != nil {
 			return options{}, err
@@ -182,14 +182,14 @@ func buildOptions(backend string, opts []Option, notFor ...string) (options, err
 	}
 	for _, name := range notFor {
 		if o.set[name] {
-			return options{}, fmt.Errorf("%w: legacy: %s does not apply to %s", driver.ErrInvalidOption, name, backend)
+			return options{}, driver.Errorf("%w: legacy: %s does not apply to %s", driver.ErrInvalidOption, name, backend)
 		}
 	}
 	switch {
 	case o.key == nil:
-		return options{}, fmt.Errorf("%w: legacy: nil key function", driver.ErrInvalidOption)
+		return options{}, driver.Errorf("%w: legacy: nil key function", driver.ErrInvalidOption)
 	case o.set["WithMatcher"] && o.match == nil:
-		return options{}, fmt.Errorf("%w: legacy: nil matcher", driver.ErrInvalidOption)
+		return options{}, driver.Errorf("%w: legacy: nil matcher", driver.ErrInvalidOption)
 	}
 	if o.set["WithWindow"] {
 		if err := checkWindow("WithWindow", o.window); err != nil {
@@ -207,7 +207,7 @@ func buildOptions(backend string, opts []Option, notFor ...string) (options, err
 // checkWindow refuses a window no limit could have.
 func checkWindow(what string, d time.Duration) error {
 	if d < driver.MinWindow || d > driver.MaxWindow || d%time.Millisecond != 0 {
-		return fmt.Errorf("%w: legacy: %s %v: must be %v to %v in whole milliseconds", driver.ErrInvalidOption, what, d, driver.MinWindow, driver.MaxWindow)
+		return driver.Errorf("%w: legacy: %s %v: must be %v to %v in whole milliseconds", driver.ErrInvalidOption, what, d, driver.MinWindow, driver.MaxWindow)
 	}
 	return nil
 }
@@ -346,14 +346,14 @@ func (r *reader) check(ctx context.Context, req driver.Request) error {
 		return err
 	}
 	if !req.Policy.Valid() {
-		return fmt.Errorf("%w: legacy: request without a policy built by NewPolicy", driver.ErrInvalidPolicy)
+		return driver.Errorf("%w: legacy: request without a policy built by NewPolicy", driver.ErrInvalidPolicy)
 	}
 	return nil
 }
 
 // refuse is Decide's answer to a request that would spend units.
 func (r *reader) refuse(req driver.Request) error {
-	return fmt.Errorf("%w: legacy: read-only legacy store (%s): cannot decide a cost of %d; route no identifier to it, only peek",
+	return driver.Errorf("%w: legacy: read-only legacy store (%s): cannot decide a cost of %d; route no identifier to it, only peek",
 		errors.ErrUnsupported, r.name, req.Cost)
 }
 
@@ -396,7 +396,7 @@ func parseCount(raw string) (int64, bool) {
 // badReply counts and returns an error wrapping driver.ErrBadReply.
 func (r *reader) badReply(format string, args ...any) error {
 	r.stats.malformed.Add(1)
-	return fmt.Errorf("%w: legacy: %s: %s", driver.ErrBadReply, r.name, fmt.Sprintf(format, args...))
+	return driver.Errorf("%w: legacy: %s: %s", driver.ErrBadReply, r.name, fmt.Sprintf(format, args...))
 }
 
 // await runs f and returns no later than ctx is done. Neither client can
@@ -421,7 +421,7 @@ func await[T any](ctx context.Context, f func() (T, error)) (T, error) {
 	case res := <-done:
 		if res.err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(res.err, ctxErr) {
-				return res.v, fmt.Errorf("throttlekit: legacy: %w: %w", ctxErr, res.err)
+				return res.v, driver.Errorf("throttlekit: legacy: %w: %w", ctxErr, res.err)
 			}
 		}
 		return res.v, res.err

@@ -3,7 +3,6 @@ package legacybackend
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -67,7 +66,7 @@ const maxAttempts = 8
 // (gomemcache takes no context). The error wraps driver.ErrInvalidOption.
 func NewMemcached(client *memcache.Client, window time.Duration, opts ...Option) (*Memcached, error) {
 	if client == nil {
-		return nil, fmt.Errorf("%w: legacy: nil memcached client", driver.ErrInvalidOption)
+		return nil, driver.Errorf("%w: legacy: nil memcached client", driver.ErrInvalidOption)
 	}
 	if err := checkWindow("window", window); err != nil {
 		return nil, err
@@ -92,7 +91,7 @@ func NewMemcached(client *memcache.Client, window time.Duration, opts ...Option)
 // ready reports a Memcached that NewMemcached did not build.
 func (m *Memcached) ready() error {
 	if m == nil || m.client == nil || m.key == nil || m.match == nil {
-		return fmt.Errorf("%w: legacy: Memcached not built by NewMemcached", driver.ErrNotInitialized)
+		return driver.Errorf("%w: legacy: Memcached not built by NewMemcached", driver.ErrNotInitialized)
 	}
 	return nil
 }
@@ -139,7 +138,7 @@ func (m *Memcached) Decide(ctx context.Context, req driver.Request) (driver.Outc
 		return driver.Outcome{}, err
 	}
 	if req.Cost < 0 {
-		return driver.Outcome{}, fmt.Errorf("%w: legacy: negative cost %d", driver.ErrInvalidState, req.Cost)
+		return driver.Outcome{}, driver.Errorf("%w: legacy: negative cost %d", driver.ErrInvalidState, req.Cost)
 	}
 	i, key, err := m.decidable(req)
 	if err != nil {
@@ -154,15 +153,15 @@ func (m *Memcached) decidable(req driver.Request) (int, string, error) {
 	p := req.Policy
 	i, key := m.target(p, req.Identifier)
 	if i < 0 {
-		return -1, "", fmt.Errorf("%w: legacy: memcached: policy %q, identifier %q: no legacy counter to decide with (no FixedWindow limit of the legacy window %v, or an empty key)",
+		return -1, "", driver.Errorf("%w: legacy: memcached: policy %q, identifier %q: no legacy counter to decide with (no FixedWindow limit of the legacy window %v, or an empty key)",
 			errors.ErrUnsupported, p.Name, req.Identifier, m.window)
 	}
 	if len(p.Limits) != 1 {
-		return -1, "", fmt.Errorf("%w: legacy: memcached: policy %q has %d limits, the legacy counter holds one: give a Deciding backend the legacy limiter's own policy",
+		return -1, "", driver.Errorf("%w: legacy: memcached: policy %q has %d limits, the legacy counter holds one: give a Deciding backend the legacy limiter's own policy",
 			errors.ErrUnsupported, p.Name, len(p.Limits))
 	}
 	if err := checkMemcachedKey(key + m.longestSuffix()); err != nil {
-		return -1, "", fmt.Errorf("%w: legacy: key function gave %q for policy %q: %v", driver.ErrInvalidOption, key, p.Name, err)
+		return -1, "", driver.Errorf("%w: legacy: key function gave %q for policy %q: %v", driver.ErrInvalidOption, key, p.Name, err)
 	}
 	return i, key, nil
 }
@@ -197,7 +196,7 @@ func (m *Memcached) Peek(ctx context.Context, req driver.Request) (driver.Outcom
 		return m.outcome(req, -1, driver.State{}), nil
 	}
 	if err := checkMemcachedKey(key + m.longestSuffix()); err != nil {
-		return driver.Outcome{}, fmt.Errorf("%w: legacy: key function gave %q for policy %q: %v", driver.ErrInvalidOption, key, req.Policy.Name, err)
+		return driver.Outcome{}, driver.Errorf("%w: legacy: key function gave %q for policy %q: %v", driver.ErrInvalidOption, key, req.Policy.Name, err)
 	}
 	w, err := m.read(ctx, key)
 	if err != nil {
@@ -245,7 +244,7 @@ func (m *Memcached) read(ctx context.Context, key string) (stored, error) {
 	m.stats.reads.Add(1)
 	items, err := await(ctx, func() (map[string]*memcache.Item, error) { return m.client.GetMulti(keys) })
 	if err != nil {
-		return stored{}, fmt.Errorf("throttlekit: legacy: memcached: get %q: %w", key, err)
+		return stored{}, driver.Errorf("throttlekit: legacy: memcached: get %q: %w", key, err)
 	}
 	var s stored
 	if s.counter = items[key]; s.counter != nil {
@@ -340,7 +339,7 @@ func (m *Memcached) decide(ctx context.Context, req driver.Request, i int, key s
 				continue
 			}
 			if err != nil {
-				return driver.Outcome{}, fmt.Errorf("throttlekit: legacy: memcached: incr %q: %w", key, err)
+				return driver.Outcome{}, driver.Errorf("throttlekit: legacy: memcached: incr %q: %w", key, err)
 			}
 			state = driver.State{Used: int64(min(n, uint64(driver.MaxQuota))), End: s.endMs}
 		} else {
@@ -401,7 +400,7 @@ func (m *Memcached) settled(ctx context.Context, key string, nowMs int64, lost t
 // contention is the error of a call that lost every attempt to other
 // writers.
 func (m *Memcached) contention(key string) error {
-	return fmt.Errorf("throttlekit: legacy: memcached: %q: other writers changed the counter %d times in a row", key, maxAttempts)
+	return driver.Errorf("throttlekit: legacy: memcached: %q: other writers changed the counter %d times in a row", key, maxAttempts)
 }
 
 // openWindow makes the counter key hold used for a window ending at endMs
@@ -435,7 +434,7 @@ func (m *Memcached) openWindow(ctx context.Context, key string, s stored, used, 
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("throttlekit: legacy: memcached: open a window in %q: %w", key, err)
+		return false, driver.Errorf("throttlekit: legacy: memcached: open a window in %q: %w", key, err)
 	}
 	return true, m.writeEnd(ctx, key, s, endMs, ttl)
 }
@@ -478,7 +477,7 @@ func (m *Memcached) writeEnd(ctx context.Context, key string, s stored, endMs in
 		return struct{}{}, m.client.Set(&memcache.Item{Key: key + ResetSuffix, Value: []byte(value), Expiration: ttl})
 	})
 	if err != nil {
-		return fmt.Errorf("throttlekit: legacy: memcached: write the end of %q: %w", key, err)
+		return driver.Errorf("throttlekit: legacy: memcached: write the end of %q: %w", key, err)
 	}
 	return nil
 }
@@ -500,7 +499,7 @@ func (m *Memcached) Seed(ctx context.Context, req driver.Request, given []driver
 		return driver.Outcome{}, err
 	}
 	if !m.deciding {
-		return driver.Outcome{}, fmt.Errorf("%w: legacy: memcached: read-only (no Deciding): cannot take states", errors.ErrUnsupported)
+		return driver.Outcome{}, driver.Errorf("%w: legacy: memcached: read-only (no Deciding): cannot take states", errors.ErrUnsupported)
 	}
 	if err := m.check(ctx, req); err != nil {
 		return driver.Outcome{}, err
@@ -510,7 +509,7 @@ func (m *Memcached) Seed(ctx context.Context, req driver.Request, given []driver
 		return driver.Outcome{}, err
 	}
 	if req.Cost < 0 {
-		return driver.Outcome{}, fmt.Errorf("%w: legacy: negative cost %d", driver.ErrInvalidState, req.Cost)
+		return driver.Outcome{}, driver.Errorf("%w: legacy: negative cost %d", driver.ErrInvalidState, req.Cost)
 	}
 	i, key, err := m.decidable(req)
 	if err != nil {
@@ -563,7 +562,7 @@ func (m *Memcached) write(ctx context.Context, key string, s stored, want driver
 			return false, nil
 		}
 		if err != nil {
-			return false, fmt.Errorf("throttlekit: legacy: memcached: raise %q: %w", key, err)
+			return false, driver.Errorf("throttlekit: legacy: memcached: raise %q: %w", key, err)
 		}
 		return true, nil
 	}
@@ -579,9 +578,9 @@ func (m *Memcached) parseReset(raw []byte) (int64, error) {
 	}
 	switch {
 	case err != nil:
-		return 0, fmt.Errorf("holds %q, not Unix %s", raw, unit)
+		return 0, driver.Errorf("holds %q, not Unix %s", raw, unit)
 	case t > driver.MaxUnixMilli/scale:
-		return 0, fmt.Errorf("holds %d, after %s in Unix %s (is the unit right? see WithResetMillis)", t, time.UnixMilli(driver.MaxUnixMilli).UTC().Format(time.DateOnly), unit)
+		return 0, driver.Errorf("holds %d, after %s in Unix %s (is the unit right? see WithResetMillis)", t, time.UnixMilli(driver.MaxUnixMilli).UTC().Format(time.DateOnly), unit)
 	}
 	// A time before the epoch is a closed window, as any past one.
 	return max(t, 0) * scale, nil
@@ -591,11 +590,11 @@ func (m *Memcached) parseReset(raw []byte) (int64, error) {
 // key function is reported as such rather than as a store failure.
 func checkMemcachedKey(key string) error {
 	if len(key) > MaxKeyLen {
-		return fmt.Errorf("with %q it is %d bytes, above memcached's %d", ResetSuffix, len(key), MaxKeyLen)
+		return driver.Errorf("with %q it is %d bytes, above memcached's %d", ResetSuffix, len(key), MaxKeyLen)
 	}
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c <= ' ' || c == 0x7f {
-			return fmt.Errorf("byte %d is a space or control byte (%#x)", i, c)
+			return driver.Errorf("byte %d is a space or control byte (%#x)", i, c)
 		}
 	}
 	return nil
@@ -610,7 +609,7 @@ func (m *Memcached) Ping(ctx context.Context) error {
 		return err
 	}
 	if _, err := await(ctx, func() (struct{}, error) { return struct{}{}, m.client.Ping() }); err != nil {
-		return fmt.Errorf("throttlekit: legacy: memcached: ping: %w", err)
+		return driver.Errorf("throttlekit: legacy: memcached: ping: %w", err)
 	}
 	return nil
 }

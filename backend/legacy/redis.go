@@ -3,7 +3,6 @@ package legacybackend
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"reflect"
 	"strings"
@@ -38,7 +37,7 @@ var (
 // caller's. The error wraps driver.ErrInvalidOption.
 func NewRedis(client goredis.UniversalClient, opts ...Option) (*Redis, error) {
 	if isNilClient(client) {
-		return nil, fmt.Errorf("%w: legacy: nil redis client", driver.ErrInvalidOption)
+		return nil, driver.Errorf("%w: legacy: nil redis client", driver.ErrInvalidOption)
 	}
 	o, err := buildOptions("NewRedis", opts, "WithResetMillis", "Deciding")
 	if err != nil {
@@ -73,7 +72,7 @@ func isNilClient(c goredis.UniversalClient) bool {
 // ready reports a Redis that NewRedis did not build.
 func (r *Redis) ready() error {
 	if r == nil || r.client == nil || r.key == nil || r.match == nil {
-		return fmt.Errorf("%w: legacy: Redis not built by NewRedis", driver.ErrNotInitialized)
+		return driver.Errorf("%w: legacy: Redis not built by NewRedis", driver.ErrNotInitialized)
 	}
 	return nil
 }
@@ -151,7 +150,7 @@ func (r *Redis) Peek(ctx context.Context, req driver.Request) (driver.Outcome, e
 		if isWrongType(err) {
 			return driver.Outcome{}, r.badReply("key %q is not a string counter: %v", key, err)
 		}
-		return driver.Outcome{}, fmt.Errorf("throttlekit: legacy: redis: get %q: %w", key, err)
+		return driver.Outcome{}, driver.Errorf("throttlekit: legacy: redis: get %q: %w", key, err)
 	}
 	if !got.found {
 		return r.outcome(req, i, driver.State{}), nil
@@ -203,7 +202,7 @@ func (r *Redis) Ping(ctx context.Context) error {
 		return struct{}{}, r.client.Ping(ctx).Err()
 	})
 	if err != nil {
-		return fmt.Errorf("throttlekit: legacy: redis: ping: %w", err)
+		return driver.Errorf("throttlekit: legacy: redis: ping: %w", err)
 	}
 	return nil
 }
