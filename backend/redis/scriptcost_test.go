@@ -1,0 +1,223 @@
+package redisbackend_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
+	"github.com/throttlekit/throttlekit/internal/testkit"
+	"github.com/throttlekit/throttlekit/throttler/driver"
+)
+
+// BenchmarkScriptCost measures what a decision costs on the Redis thread:
+// the time Redis spends in EVALSHA (INFO commandstats, usec), read before
+// and after a fixed workload and divided by the decisions it carried,
+// reported as "redis-µs/decision". Client time, round trips and the
+// machine's other load fall outside it, except where the scheduler takes
+// the Redis thread off its core in the middle of a call; so on a shared
+// machine compare two builds by running them in turn (A, B, A, B) and
+// reading ratios, never one figure alone.
+//
+// Each iteration runs one workload over 10,000 identifiers that a warm-up
+// pass has already touched once (the steady state, where a key exists and
+// its expiry is mostly left alone):
+//
+//	batched/*  200 calls of decide_many.lua, 100 decisions each, laid out as
+//	           WithBatching lays them out
+//	lone/*     20,000 calls of decide.lua (WithoutBatching, 8 goroutines)
+//	reference  20,000 calls of a script that does what ulule's limiter does
+//	           per request (INCR, PEXPIRE on the first, PTTL): a yardstick
+//	           for one decision of one fixed window
+//
+// and the policies: fixed, 1000 per minute in a fixed window (the default
+// algorithm); three, 100 per second, 1000 per minute and 10,000 per hour;
+// gcra and sliding, 1000 per minute with that algorithm.
+//
+// Run it with -benchtime=1x (one workload) or a few x; the metric does not
+// depend on b.N.
+func BenchmarkScriptCost(b *testing.B) {
+	policies := []struct{ name, spec string }{
+		{"fixed", "1000/min"},
+		{"three", "100/s, 1000/min, 10000/h"},
+		{"gcra", "1000/min gcra"},
+		{"sliding", "1000/min sliding"},
+	}
+	for _, batched := range []bool{true, false} {
+		for _, pc := range policies {
+			kind := "lone"
+			if batched {
+				kind = "batched"
+			}
+			b.Run(kind+"/"+pc.name, func(b *testing.B) {
+				p := testkit.Compiled(b, "cost-"+pc.name, pc.spec)
+				scriptCost(b, func(ctx context.Context, be *redisbackend.Backend, reqs []driver.Request) error {
+					if !batched {
+						return decideLone(ctx, be, reqs)
+					}
+					for len(reqs) > 0 {
+						n := min(len(reqs), costBatch)
+						_, errs, err := be.DecideMany(ctx, reqs[:n])
+						if err != nil {
+							return err
+						}
+						for _, err := range errs {
+							if err != nil {
+								return err
+							}
+						}
+						reqs = reqs[n:]
+					}
+					return nil
+				}, p)
+			})
+		}
+	}
+	b.Run("reference", func(b *testing.B) {
+		// ulule's per-request work, written here as a script of its own:
+		// count in a plain string, start its expiry with the first unit, and
+		// return the count and the time left.
+		script := goredis.NewScript(`local v = redis.call('INCR', KEYS[1])
+if v == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+return {v, redis.call('PTTL', KEYS[1])}`)
+		scriptCost(b, func(ctx context.Context, be *redisbackend.Backend, reqs []driver.Request) error {
+			return inParallel(reqs, func(req driver.Request) error {
+				return script.Run(ctx, costClient, []string{"ref:{" + req.Identifier + "}"}, 60_000).Err()
+			})
+		}, testkit.Compiled(b, "cost-reference", "1000/min"))
+	})
+}
+
+// costClient is the client of BenchmarkScriptCost, one for every sub-benchmark.
+var costClient *goredis.Client
+
+const (
+	costIdentifiers = 10_000
+	costBatch       = 100
+	costDecisions   = 200 * costBatch
+)
+
+// scriptCost runs decide over a warm-up pass and then, b.N times, over
+// the measured workload, and reports the Redis time per decision.
+func scriptCost(b *testing.B, decide func(context.Context, *redisbackend.Backend, []driver.Request) error, p *driver.Policy) {
+	ctx := context.Background()
+	if costClient == nil {
+		costClient = goredis.NewClient(&goredis.Options{Addr: benchRedis(b).Addr(), PoolSize: 16})
+	}
+	c := costClient
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	be, err := redisbackend.New(c, redisbackend.WithoutBatching())
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Decisions 50 µs apart, from a whole minute on: every one is allowed
+	// (an identifier gets two or three per window of the tightest limit).
+	now := testkit.T0.Truncate(time.Minute)
+	workload := func(n int) []driver.Request {
+		reqs := make([]driver.Request, n)
+		for i := range reqs {
+			reqs[i] = driver.Request{Policy: p, Identifier: fmt.Sprint("user:", (i*7919)%costIdentifiers), Cost: 1, Now: now}
+			now = now.Add(50 * time.Microsecond)
+		}
+		return reqs
+	}
+	if err := decide(ctx, be, workload(costIdentifiers)); err != nil {
+		b.Fatal(err)
+	}
+	var usec, calls int64
+	b.ResetTimer()
+	for range b.N {
+		reqs := workload(costDecisions)
+		before, err := evalStats(ctx, c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := decide(ctx, be, reqs); err != nil {
+			b.Fatal(err)
+		}
+		after, err := evalStats(ctx, c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		usec += after.usec - before.usec
+		calls += after.calls - before.calls
+	}
+	b.StopTimer()
+	decisions := float64(b.N * costDecisions)
+	b.ReportMetric(float64(usec)/decisions, "redis-µs/decision")
+	b.ReportMetric(float64(usec)/float64(calls), "redis-µs/call")
+}
+
+// decideLone decides reqs one call of decide.lua each, from 8 goroutines.
+func decideLone(ctx context.Context, be *redisbackend.Backend, reqs []driver.Request) error {
+	return inParallel(reqs, func(req driver.Request) error {
+		out, err := be.Decide(ctx, req)
+		if err == nil && !out.Allowed {
+			err = fmt.Errorf("%s denied", req.Identifier)
+		}
+		return err
+	})
+}
+
+// inParallel runs f on every request from 8 goroutines, and returns the
+// first error.
+func inParallel(reqs []driver.Request, f func(driver.Request) error) error {
+	const goroutines = 8
+	errs := make([]error, goroutines)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < len(reqs); i += goroutines {
+				if err := f(reqs[i]); err != nil {
+					errs[g] = err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scriptStats is the commandstats line of EVALSHA and EVAL, summed.
+type scriptStats struct{ calls, usec int64 }
+
+func evalStats(ctx context.Context, c *goredis.Client) (scriptStats, error) {
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return scriptStats{}, err
+	}
+	var s scriptStats
+	for _, line := range strings.Split(info, "\n") {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		for _, f := range strings.Split(fields, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				s.calls += n
+			case "usec":
+				s.usec += n
+			}
+		}
+	}
+	return s, nil
+}
