@@ -30,10 +30,16 @@
 local FIXED_WINDOW, ALIGNED_WINDOW, GCRA, SLIDING_WINDOW = 0, 1, 2, 3
 local MAX_EXACT = 9007199254740991 -- 2^53 - 1
 
+-- The library functions a decision calls, held in locals: a local is a
+-- register, a global two table lookups, on every call of every decision.
+local tonumber, unpack, format, find = tonumber, unpack, string.format, string.find
+local max, min, fmod = math.max, math.min, math.fmod
+local rcall, rpcall = redis.call, redis.pcall
+
 -- floorDiv: Go's truncating a / b, made a floor when the signs differ.
 -- math.fmod truncates like Go's %, and (a - r) / b is an exact integer.
 local function floor_div(a, b)
-  local r = math.fmod(a, b)
+  local r = fmod(a, b)
   local q = (a - r) / b
   if r ~= 0 and (a < 0) ~= (b < 0) then
     q = q - 1
@@ -61,11 +67,11 @@ end
 local function sliding_counts(l, s, now_ms)
   local e = sliding_end(l, now_ms)
   if s.End > e then
-    return math.max(s.Used, 0), math.max(s.Prev, 0), s.End, l.Window
+    return max(s.Used, 0), max(s.Prev, 0), s.End, l.Window
   elseif s.End == e then
-    return math.max(s.Used, 0), math.max(s.Prev, 0), e, e - now_ms
+    return max(s.Used, 0), max(s.Prev, 0), e, e - now_ms
   elseif s.End == e - l.Window then
-    return 0, math.max(s.Used, 0), e, e - now_ms
+    return 0, max(s.Used, 0), e, e - now_ms
   end
   return 0, 0, e, e - now_ms
 end
@@ -74,7 +80,7 @@ end
 local function sliding_remaining(l, cur, prev, span)
   local w = l.Window
   local weighted = floor_div(prev * span + w - 1, w)
-  return math.min(math.max(l.Max - cur - weighted, 0), l.Max)
+  return min(max(l.Max - cur - weighted, 0), l.Max)
 end
 
 -- limitAllows
@@ -84,7 +90,7 @@ local function limit_allows(l, s, now_ms, now_us, cost)
   end
   if l.Algorithm == GCRA then
     local t = emission_micros(l)
-    local new_tat = math.max(s.End, now_us) + cost * t
+    local new_tat = max(s.End, now_us) + cost * t
     return new_tat - capacity(l) * t <= now_us
   end
   if l.Algorithm == SLIDING_WINDOW then
@@ -94,7 +100,7 @@ local function limit_allows(l, s, now_ms, now_us, cost)
   end
   local used = 0
   if s.End > now_ms then
-    used = math.max(s.Used, 0)
+    used = max(s.Used, 0)
   end
   return used + cost <= l.Max
 end
@@ -128,12 +134,12 @@ local function decide(limits, now_ms, now_us, cost, states)
     local s = next[i]
     if l.Algorithm == GCRA then
       s.Used = 0
-      s.End = math.max(s.End, now_us) + cost * emission_micros(l)
+      s.End = max(s.End, now_us) + cost * emission_micros(l)
     elseif l.Algorithm == SLIDING_WINDOW then -- Go: continue after each branch
       local cur, prev, e = sliding_counts(l, s, now_ms)
       s.Used, s.End, s.Prev = cur + cost, e, prev
     elseif s.End > now_ms then
-      s.Used = math.max(s.Used, 0) + cost
+      s.Used = max(s.Used, 0) + cost
     else
       s.Used, s.End = cost, window_opening(l, now_ms)
     end
@@ -201,9 +207,9 @@ end
 local function read_states(req)
   local limits = req.limits
   local fields = limits.fields
-  local ints = redis.pcall('HMGET', req.key, unpack(fields))
+  local ints = rpcall('HMGET', req.key, unpack(fields))
   if ints.err then
-    if string.find(ints.err, 'WRONGTYPE', 1, true) then
+    if find(ints.err, 'WRONGTYPE', 1, true) then
       return nil, 'THROTTLEKIT_FOREIGN_VALUE key ' .. req.key .. ': ' .. ints.err
     end
     -- a Cluster node that does not serve the key (decide_many.lua)
@@ -267,7 +273,7 @@ local function policy_ttl(req, states, written)
       elseif req.limits[i].Algorithm == SLIDING_WINDOW then
         live = live + req.limits[i].Window -- the next window weighs this one
       end
-      ttl = math.max(ttl, live + req.grace_ms)
+      ttl = max(ttl, live + req.grace_ms)
     end
   end
   return ttl
@@ -289,15 +295,15 @@ local function write_states(req, states, written)
       local l, s = req.limits[i], states[i]
       if s.End ~= ints[l.je] then
         args[#args + 1] = l.E
-        args[#args + 1] = string.format('%d', s.End)
+        args[#args + 1] = format('%d', s.End)
       end
       if l.U and s.Used ~= ints[l.ju] then
         args[#args + 1] = l.U
-        args[#args + 1] = string.format('%d', s.Used)
+        args[#args + 1] = format('%d', s.Used)
       end
       if l.P and s.Prev ~= ints[l.jp] then
         args[#args + 1] = l.P
-        args[#args + 1] = string.format('%d', s.Prev)
+        args[#args + 1] = format('%d', s.Prev)
       end
     end
   end
@@ -309,13 +315,13 @@ local function write_states(req, states, written)
     -- An End near 2^53 (a window of 400 days that ends far ahead) would
     -- carry x past what a double holds exactly: x then stays at the bound,
     -- and the expiry is set again by the next write, which is harmless.
-    args[#args + 1] = string.format('%d', math.min(req.now_ms + ttl, MAX_EXACT))
+    args[#args + 1] = format('%d', min(req.now_ms + ttl, MAX_EXACT))
   end
   if #args > 0 then
-    redis.call('HSET', req.key, unpack(args))
+    rcall('HSET', req.key, unpack(args))
   end
   if extend then
-    redis.call('PEXPIRE', req.key, ttl)
+    rcall('PEXPIRE', req.key, ttl)
   end
 end
 
