@@ -204,6 +204,10 @@ end
 -- (the key holds another type, or a field that is not an integer). The
 -- values read stay in req.ints, in the order of limits.fields, so that
 -- write_states writes only the fields that changed.
+--
+-- The states go into the tables req.states already holds, if any:
+-- decide_many.lua decides request after request with one req per policy,
+-- so a batch makes no table per request but the HMGET's reply and its own.
 local function read_states(req)
   local limits = req.limits
   local fields = limits.fields
@@ -231,19 +235,24 @@ local function read_states(req)
   end
   local states = req.states
   for i = 1, req.n do
-    local l = limits[i]
-    states[i] = {Used = l.ju and ints[l.ju] or 0, End = ints[l.je], Prev = l.jp and ints[l.jp] or 0}
+    local l, s = limits[i], states[i]
+    if s == nil then
+      s = {}
+      states[i] = s
+    end
+    s.Used, s.End, s.Prev = l.ju and ints[l.ju] or 0, ints[l.je], l.jp and ints[l.jp] or 0
   end
   req.ints, req.expires = ints, ints[limits.jx]
   return req
 end
 
 -- new_request is a request on key under limits, read_states not yet run.
+-- args is write_states' list of HSET arguments, kept for the next request.
 local function new_request(key, now_ms, now_us, cost, grace_ms, limits)
   return {
     now_ms = now_ms, now_us = now_us, cost = cost, grace_ms = grace_ms,
     n = #limits, key = key, limits = limits,
-    states = {},
+    states = {}, args = {},
   }
 end
 
@@ -288,22 +297,19 @@ end
 -- decision, pays the PEXPIRE about once per grace rather than once per
 -- decision.
 local function write_states(req, states, written)
-  local args = {}
+  local args, m = req.args, 0 -- args may hold a previous request's past m
   local ints = req.ints
   for i = 1, #states do
     if written == nil or written[i] then
       local l, s = req.limits[i], states[i]
       if s.End ~= ints[l.je] then
-        args[#args + 1] = l.E
-        args[#args + 1] = format('%d', s.End)
+        args[m + 1], args[m + 2], m = l.E, format('%d', s.End), m + 2
       end
       if l.U and s.Used ~= ints[l.ju] then
-        args[#args + 1] = l.U
-        args[#args + 1] = format('%d', s.Used)
+        args[m + 1], args[m + 2], m = l.U, format('%d', s.Used), m + 2
       end
       if l.P and s.Prev ~= ints[l.jp] then
-        args[#args + 1] = l.P
-        args[#args + 1] = format('%d', s.Prev)
+        args[m + 1], args[m + 2], m = l.P, format('%d', s.Prev), m + 2
       end
     end
   end
@@ -311,14 +317,13 @@ local function write_states(req, states, written)
   local extend = req.expires == 0 or req.now_ms + ttl > req.expires
   if extend then
     ttl = ttl + req.grace_ms
-    args[#args + 1] = 'x'
     -- An End near 2^53 (a window of 400 days that ends far ahead) would
     -- carry x past what a double holds exactly: x then stays at the bound,
     -- and the expiry is set again by the next write, which is harmless.
-    args[#args + 1] = format('%d', min(req.now_ms + ttl, MAX_EXACT))
+    args[m + 1], args[m + 2], m = 'x', format('%d', min(req.now_ms + ttl, MAX_EXACT)), m + 2
   end
-  if #args > 0 then
-    rcall('HSET', req.key, unpack(args))
+  if m > 0 then
+    rcall('HSET', req.key, unpack(args, 1, m))
   end
   if extend then
     rcall('PEXPIRE', req.key, ttl)
