@@ -330,16 +330,34 @@ local function write_states(req, states, written)
   end
 end
 
--- reply is what every script returns: {first, used_1, end_1, prev_1,
--- used_2, end_2, prev_2, ...}, integers only; first is the verdict (1 or
--- 0), or for take.lua the units granted.
-local function reply(first, states)
-  local out = {first}
+-- append_states appends to out, after its first m elements, the fields of
+-- each limit's state that its algorithm keeps: Used (not for GCRA, whose
+-- Used is always 0), End, and Prev (sliding windows only; it is always 0
+-- for the others). redis.go reads them back by the policy (parseStates).
+local function append_states(out, m, limits, states)
   for i = 1, #states do
-    out[3 * i - 1] = states[i].Used
-    out[3 * i] = states[i].End
-    out[3 * i + 1] = states[i].Prev
+    local alg, s = limits[i].Algorithm, states[i]
+    if alg ~= GCRA then
+      m = m + 1
+      out[m] = s.Used
+    end
+    m = m + 1
+    out[m] = s.End
+    if alg == SLIDING_WINDOW then
+      m = m + 1
+      out[m] = s.Prev
+    end
   end
+  return m
+end
+
+-- reply is what every script returns: {first, then each limit's state as
+-- append_states lays it out}, integers only; first is the verdict (1 or
+-- 0), or for take.lua the units granted. A fixed window's reply is
+-- {first, used, end}, a GCRA bucket's {first, tat}.
+local function reply(first, limits, states)
+  local out = {first}
+  append_states(out, 1, limits, states)
   return out
 end
 
@@ -351,5 +369,5 @@ local function decide_request(req)
   if allowed and req.cost > 0 then
     write_states(req, next, nil)
   end
-  return reply(allowed and 1 or 0, next)
+  return reply(allowed and 1 or 0, req.limits, next)
 end

@@ -39,7 +39,7 @@ func (b *Backend) DecideMany(ctx context.Context, reqs []driver.Request) ([]driv
 			errs[i] = classify(p.err)
 			continue
 		}
-		outs[i], errs[i] = parseReply(p.reply, len(reqs[i].Policy.Limits), false)
+		outs[i], errs[i] = parseReply(p.reply, reqs[i].Policy, false)
 	}
 	return outs, errs, nil
 }

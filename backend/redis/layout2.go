@@ -78,7 +78,7 @@ func (v layout2) Peek(ctx context.Context, req driver.Request) (driver.Outcome, 
 	if err != nil {
 		return driver.Outcome{}, err
 	}
-	return parseReply(reply, len(keys), false)
+	return parseReply(reply, req.Policy, false)
 }
 
 // Reset implements driver.Resetter: one DEL of the identifier's layout-2
