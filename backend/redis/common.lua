@@ -22,39 +22,31 @@
 --          them, whatever the number of limits; a limit that a redefined
 --          policy dropped keeps its fields, untouched.
 --
+-- The numbers in ARGV come from redis.go, decimal integers always, so the
+-- scripts read them with Lua's own coercion (ARGV[i] + 0), which parses a
+-- string once where tonumber parses it twice (Lua 5.1 checks, then
+-- converts). What a key holds may be foreign, so stored fields go through
+-- tonumber and a check.
+--
 -- Lua numbers are doubles: every integer here stays below 2^53 (MaxQuota,
 -- MaxWindow and the GCRA span bound see to it), so the arithmetic is exact.
--- Numbers go to Redis formatted with %d: Redis would turn a Lua number into
--- a string with 14 significant digits, and tostring prints 1.7e+15.
+-- Numbers go to Redis formatted with %d: how Redis turns a Lua number into a
+-- string is its own business (7.0 prints %.17g), and tostring prints
+-- 1.7e+15 (%.14g). tostring is no faster either: BenchmarkScriptCost
+-- measured a guarded tostring for the integers below 1e14 at the same cost.
 
 local FIXED_WINDOW, ALIGNED_WINDOW, GCRA, SLIDING_WINDOW = 0, 1, 2, 3
 local MAX_EXACT = 9007199254740991 -- 2^53 - 1
 
--- The library functions a decision calls, held in locals: a local is a
--- register, a global two table lookups, on every call of every decision.
-local tonumber, unpack, format, find = tonumber, unpack, string.format, string.find
-local max, min, fmod = math.max, math.min, math.fmod
-local rcall, rpcall = redis.call, redis.pcall
-
 -- floorDiv: Go's truncating a / b, made a floor when the signs differ.
 -- math.fmod truncates like Go's %, and (a - r) / b is an exact integer.
 local function floor_div(a, b)
-  local r = fmod(a, b)
+  local r = math.fmod(a, b)
   local q = (a - r) / b
   if r ~= 0 and (a < 0) ~= (b < 0) then
     q = q - 1
   end
   return q
-end
-
--- Limit.Capacity, from ARGV
-local function capacity(l)
-  return l.Capacity
-end
-
--- Limit.EmissionMicros, from ARGV
-local function emission_micros(l)
-  return l.Emission
 end
 
 -- slidingEnd
@@ -67,11 +59,11 @@ end
 local function sliding_counts(l, s, now_ms)
   local e = sliding_end(l, now_ms)
   if s.End > e then
-    return max(s.Used, 0), max(s.Prev, 0), s.End, l.Window
+    return math.max(s.Used, 0), math.max(s.Prev, 0), s.End, l.Window
   elseif s.End == e then
-    return max(s.Used, 0), max(s.Prev, 0), e, e - now_ms
+    return math.max(s.Used, 0), math.max(s.Prev, 0), e, e - now_ms
   elseif s.End == e - l.Window then
-    return 0, max(s.Used, 0), e, e - now_ms
+    return 0, math.max(s.Used, 0), e, e - now_ms
   end
   return 0, 0, e, e - now_ms
 end
@@ -80,18 +72,18 @@ end
 local function sliding_remaining(l, cur, prev, span)
   local w = l.Window
   local weighted = floor_div(prev * span + w - 1, w)
-  return min(max(l.Max - cur - weighted, 0), l.Max)
+  return math.min(math.max(l.Max - cur - weighted, 0), l.Max)
 end
 
 -- limitAllows
 local function limit_allows(l, s, now_ms, now_us, cost)
-  if cost > capacity(l) then
+  if cost > l.Capacity then
     return false
   end
   if l.Algorithm == GCRA then
-    local t = emission_micros(l)
-    local new_tat = max(s.End, now_us) + cost * t
-    return new_tat - capacity(l) * t <= now_us
+    local t = l.Emission
+    local new_tat = math.max(s.End, now_us) + cost * t
+    return new_tat - l.Capacity * t <= now_us
   end
   if l.Algorithm == SLIDING_WINDOW then
     local cur, prev, _, span = sliding_counts(l, s, now_ms)
@@ -100,7 +92,7 @@ local function limit_allows(l, s, now_ms, now_us, cost)
   end
   local used = 0
   if s.End > now_ms then
-    used = max(s.Used, 0)
+    used = math.max(s.Used, 0)
   end
   return used + cost <= l.Max
 end
@@ -134,12 +126,12 @@ local function decide(limits, now_ms, now_us, cost, states)
     local s = next[i]
     if l.Algorithm == GCRA then
       s.Used = 0
-      s.End = max(s.End, now_us) + cost * emission_micros(l)
+      s.End = math.max(s.End, now_us) + cost * l.Emission
     elseif l.Algorithm == SLIDING_WINDOW then -- Go: continue after each branch
       local cur, prev, e = sliding_counts(l, s, now_ms)
       s.Used, s.End, s.Prev = cur + cost, e, prev
     elseif s.End > now_ms then
-      s.Used = max(s.Used, 0) + cost
+      s.Used = math.max(s.Used, 0) + cost
     else
       s.Used, s.End = cost, window_opening(l, now_ms)
     end
@@ -157,26 +149,22 @@ local function read_limits(a0, n)
   local fields = {}
   for i = 1, n do
     local a = a0 + 5 + (i - 1) * 6
+    local alg, k, m = ARGV[a + 1] + 0, ARGV[a + 6], #fields
+    -- one constructor names every field, so the table is sized once rather
+    -- than grown field by field
     local l = {
-      Algorithm = tonumber(ARGV[a + 1]),
-      Max = tonumber(ARGV[a + 2]),
-      Window = tonumber(ARGV[a + 3]),
-      Capacity = tonumber(ARGV[a + 4]),
-      Emission = tonumber(ARGV[a + 5]),
+      Algorithm = alg, Max = ARGV[a + 2] + 0, Window = ARGV[a + 3] + 0,
+      Capacity = ARGV[a + 4] + 0, Emission = ARGV[a + 5] + 0,
+      E = 'e' .. k, je = m + 1,
+      U = alg ~= GCRA and 'u' .. k or nil, ju = alg ~= GCRA and m + 2 or nil,
+      P = alg == SLIDING_WINDOW and 'p' .. k or nil, jp = alg == SLIDING_WINDOW and m + 3 or nil,
     }
-    local k = ARGV[a + 6]
-    l.E = 'e' .. k
-    fields[#fields + 1] = l.E
-    l.je = #fields
-    if l.Algorithm ~= GCRA then
-      l.U = 'u' .. k
-      fields[#fields + 1] = l.U
-      l.ju = #fields
+    fields[m + 1] = l.E
+    if l.U then
+      fields[m + 2] = l.U
     end
-    if l.Algorithm == SLIDING_WINDOW then
-      l.P = 'p' .. k
-      fields[#fields + 1] = l.P
-      l.jp = #fields
+    if l.P then
+      fields[m + 3] = l.P
     end
     limits[i] = l
   end
@@ -211,9 +199,9 @@ end
 local function read_states(req)
   local limits = req.limits
   local fields = limits.fields
-  local ints = rpcall('HMGET', req.key, unpack(fields))
+  local ints = redis.pcall('HMGET', req.key, unpack(fields))
   if ints.err then
-    if find(ints.err, 'WRONGTYPE', 1, true) then
+    if string.find(ints.err, 'WRONGTYPE', 1, true) then
       return nil, 'THROTTLEKIT_FOREIGN_VALUE key ' .. req.key .. ': ' .. ints.err
     end
     -- a Cluster node that does not serve the key (decide_many.lua)
@@ -237,10 +225,10 @@ local function read_states(req)
   for i = 1, req.n do
     local l, s = limits[i], states[i]
     if s == nil then
-      s = {}
-      states[i] = s
+      states[i] = {Used = l.ju and ints[l.ju] or 0, End = ints[l.je], Prev = l.jp and ints[l.jp] or 0}
+    else
+      s.Used, s.End, s.Prev = l.ju and ints[l.ju] or 0, ints[l.je], l.jp and ints[l.jp] or 0
     end
-    s.Used, s.End, s.Prev = l.ju and ints[l.ju] or 0, ints[l.je], l.jp and ints[l.jp] or 0
   end
   req.ints, req.expires = ints, ints[limits.jx]
   return req
@@ -259,8 +247,7 @@ end
 -- read_request parses ARGV, laid out as above, and reads the states of
 -- KEYS[1] (read_states).
 local function read_request()
-  local req = new_request(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]),
-    tonumber(ARGV[4]), read_limits(0, tonumber(ARGV[5])))
+  local req = new_request(KEYS[1], ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0, read_limits(0, ARGV[5] + 0))
   return read_states(req)
 end
 
@@ -282,7 +269,7 @@ local function policy_ttl(req, states, written)
       elseif req.limits[i].Algorithm == SLIDING_WINDOW then
         live = live + req.limits[i].Window -- the next window weighs this one
       end
-      ttl = max(ttl, live + req.grace_ms)
+      ttl = math.max(ttl, live + req.grace_ms)
     end
   end
   return ttl
@@ -303,13 +290,13 @@ local function write_states(req, states, written)
     if written == nil or written[i] then
       local l, s = req.limits[i], states[i]
       if s.End ~= ints[l.je] then
-        args[m + 1], args[m + 2], m = l.E, format('%d', s.End), m + 2
+        args[m + 1], args[m + 2], m = l.E, string.format('%d', s.End), m + 2
       end
       if l.U and s.Used ~= ints[l.ju] then
-        args[m + 1], args[m + 2], m = l.U, format('%d', s.Used), m + 2
+        args[m + 1], args[m + 2], m = l.U, string.format('%d', s.Used), m + 2
       end
       if l.P and s.Prev ~= ints[l.jp] then
-        args[m + 1], args[m + 2], m = l.P, format('%d', s.Prev), m + 2
+        args[m + 1], args[m + 2], m = l.P, string.format('%d', s.Prev), m + 2
       end
     end
   end
@@ -320,13 +307,13 @@ local function write_states(req, states, written)
     -- An End near 2^53 (a window of 400 days that ends far ahead) would
     -- carry x past what a double holds exactly: x then stays at the bound,
     -- and the expiry is set again by the next write, which is harmless.
-    args[m + 1], args[m + 2], m = 'x', format('%d', min(req.now_ms + ttl, MAX_EXACT)), m + 2
+    args[m + 1], args[m + 2], m = 'x', string.format('%d', math.min(req.now_ms + ttl, MAX_EXACT)), m + 2
   end
   if m > 0 then
-    rcall('HSET', req.key, unpack(args, 1, m))
+    redis.call('HSET', req.key, unpack(args, 1, m))
   end
   if extend then
-    rcall('PEXPIRE', req.key, ttl)
+    redis.call('PEXPIRE', req.key, ttl)
   end
 end
 

@@ -49,9 +49,8 @@ local out = {}
 local count = tonumber(ARGV[a + 1])
 a = a + 1
 for j = 1, count do
-  local req = policies[tonumber(ARGV[a + 1])]
-  req.key, req.now_ms, req.now_us, req.cost = ARGV[a + 5], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
-    tonumber(ARGV[a + 4])
+  local req = policies[ARGV[a + 1] + 0]
+  req.key, req.now_ms, req.now_us, req.cost = ARGV[a + 5], ARGV[a + 2] + 0, ARGV[a + 3] + 0, ARGV[a + 4] + 0
   local _, err = read_states(req)
   if err ~= nil then
     out[j] = redis.error_reply(err)

@@ -24,7 +24,7 @@ local function refund(limits, now_ms, now_us, n, states)
     local s = next[i]
     if l.Algorithm == GCRA then
       if s.End > now_us then
-        local t = emission_micros(l)
+        local t = l.Emission
         local back = s.End - now_us -- never refund below now
         if n <= floor_div(back, t) then
           back = n * t

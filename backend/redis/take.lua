@@ -13,7 +13,7 @@
 -- Evaluate(l, s, now, 0, true).Remaining
 local function remaining(l, s, now_ms, now_us)
   if l.Algorithm == GCRA then
-    local t, b = emission_micros(l), capacity(l)
+    local t, b = l.Emission, l.Capacity
     local tat = math.max(s.End, now_us)
     -- Go truncates a negative quotient towards zero; the clamp makes
     -- floor_div agree.
@@ -32,9 +32,9 @@ end
 
 -- Headroom
 local function headroom(limits, now_ms, now_us, states)
-  local room = capacity(limits[1])
+  local room = limits[1].Capacity
   for i = 2, #limits do
-    room = math.min(room, capacity(limits[i]))
+    room = math.min(room, limits[i].Capacity)
   end
   for i = 1, #limits do
     room = math.min(room, remaining(limits[i], states[i], now_ms, now_us))
