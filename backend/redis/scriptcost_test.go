@@ -60,7 +60,7 @@ func BenchmarkScriptCost(b *testing.B) {
 			}
 			b.Run(kind+"-"+pc.name, func(b *testing.B) {
 				p := testkit.Compiled(b, "cost-"+pc.name, pc.spec)
-				scriptCost(b, func(ctx context.Context, be *redisbackend.Backend, reqs []driver.Request) error {
+				scriptCost(b, func(ctx context.Context, _ *goredis.Client, be *redisbackend.Backend, reqs []driver.Request) error {
 					if !batched {
 						return decideLone(ctx, be, reqs)
 					}
@@ -89,16 +89,13 @@ func BenchmarkScriptCost(b *testing.B) {
 		script := goredis.NewScript(`local v = redis.call('INCR', KEYS[1])
 if v == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return {v, redis.call('PTTL', KEYS[1])}`)
-		scriptCost(b, func(ctx context.Context, be *redisbackend.Backend, reqs []driver.Request) error {
+		scriptCost(b, func(ctx context.Context, c *goredis.Client, _ *redisbackend.Backend, reqs []driver.Request) error {
 			return inParallel(reqs, func(req driver.Request) error {
-				return script.Run(ctx, costClient, []string{"ref:{" + req.Identifier + "}"}, 60_000).Err()
+				return script.Run(ctx, c, []string{"ref:{" + req.Identifier + "}"}, 60_000).Err()
 			})
 		}, testkit.Compiled(b, "cost-reference", "1000/min"))
 	})
 }
-
-// costClient is the client of BenchmarkScriptCost, one for every sub-benchmark.
-var costClient *goredis.Client
 
 const (
 	costIdentifiers = 10_000
@@ -107,13 +104,11 @@ const (
 )
 
 // scriptCost runs decide over a warm-up pass and then, b.N times, over
-// the measured workload, and reports the Redis time per decision.
-func scriptCost(b *testing.B, decide func(context.Context, *redisbackend.Backend, []driver.Request) error, p *driver.Policy) {
+// the measured workload, and reports the Redis time per decision. The
+// server is emptied first, so that every sub-benchmark starts alike.
+func scriptCost(b *testing.B, decide func(context.Context, *goredis.Client, *redisbackend.Backend, []driver.Request) error, p *driver.Policy) {
 	ctx := context.Background()
-	if costClient == nil {
-		costClient = goredis.NewClient(&goredis.Options{Addr: benchRedis(b).Addr(), PoolSize: 16})
-	}
-	c := costClient
+	c := newClient(b, benchRedis(b).Addr())
 	if err := c.FlushAll(ctx).Err(); err != nil {
 		b.Fatal(err)
 	}
@@ -132,7 +127,7 @@ func scriptCost(b *testing.B, decide func(context.Context, *redisbackend.Backend
 		}
 		return reqs
 	}
-	if err := decide(ctx, be, workload(costIdentifiers)); err != nil {
+	if err := decide(ctx, c, be, workload(costIdentifiers)); err != nil {
 		b.Fatal(err)
 	}
 	var usec, calls int64
@@ -144,7 +139,7 @@ func scriptCost(b *testing.B, decide func(context.Context, *redisbackend.Backend
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := decide(ctx, be, reqs); err != nil {
+		if err := decide(ctx, c, be, reqs); err != nil {
 			b.Fatal(err)
 		}
 		after, err := evalStats(ctx, c)
