@@ -195,7 +195,8 @@ end
 --
 -- The states go into the tables req.states already holds, if any:
 -- decide_many.lua decides request after request with one req per policy,
--- so a batch makes no table per request but the HMGET's reply and its own.
+-- so a decision of a batch makes two tables: the HMGET's reply and its own
+-- reply.
 local function read_states(req)
   local limits = req.limits
   local fields = limits.fields
@@ -284,7 +285,8 @@ end
 -- decision, pays the PEXPIRE about once per grace rather than once per
 -- decision.
 local function write_states(req, states, written)
-  local args, m = req.args, 0 -- args may hold a previous request's past m
+  -- args may hold a previous request's fields past m: HSET takes the first m
+  local args, m = req.args, 0
   local ints = req.ints
   for i = 1, #states do
     if written == nil or written[i] then
