@@ -2,6 +2,7 @@ package redisbackend
 
 import (
 	"context"
+	"strings"
 
 	"github.com/throttlekit/throttlekit/throttler/driver"
 )
@@ -46,3 +47,18 @@ func (b *Backend) DecideMany(ctx context.Context, reqs []driver.Request) ([]driv
 
 // ParseSeedReply exposes parseSeedReply to the external tests.
 var ParseSeedReply = parseSeedReply
+
+// ScriptBody returns what Redis runs for decide.lua, or for decide_many.lua
+// when many is set, common.lua spliced in, without the shebang line, for
+// BenchmarkScriptBody to run in a loop.
+func ScriptBody(many bool) string {
+	script := withCommon(decideSource)
+	if many {
+		script = withCommon(decideManySource)
+	}
+	_, body, _ := strings.Cut(script, "\n")
+	return body
+}
+
+// ScriptArgs is the ARGV of decide.lua for req.
+func (b *Backend) ScriptArgs(req driver.Request) []any { return b.scriptArgs(req) }

@@ -234,3 +234,142 @@ func evalStats(ctx context.Context, c *goredis.Client) (scriptStats, error) {
 	}
 	return s, nil
 }
+
+// BenchmarkScriptBody is BenchmarkScriptCost's steadier twin for a loaded
+// machine: it runs the script's body as a Lua function 10,000 times inside
+// one EVAL (decide.lua once per identifier; decide_many.lua 100 times, 100
+// decisions each, its ARGV built in Lua per call) and reads the CPU time
+// of Redis's main thread around the EVAL. The same loop around a body that
+// does nothing is measured too and subtracted, and what is left is
+// reported as "script-cpu-µs/decision": the work of the script alone,
+// without the EVALSHA around it (parsing the call, making KEYS and ARGV,
+// turning the reply into RESP, which BenchmarkScriptCost includes). A
+// thread that waits for a core costs no CPU time, so the figure moves far
+// less with the machine's load than script time does.
+//
+// Each iteration decides every identifier once, half a second after the
+// previous iteration, under the policies of BenchmarkScriptCost; the first
+// iteration, which creates the keys, is not counted. reference runs the
+// ulule-equivalent script of BenchmarkScriptCost in the same loop.
+func BenchmarkScriptBody(b *testing.B) {
+	policies := []struct{ name, spec string }{
+		{"fixed", "1000/min"},
+		{"three", "100/s, 1000/min, 10000/h"},
+		{"gcra", "1000/min gcra"},
+		{"sliding", "1000/min sliding"},
+	}
+	const reference = `local k = 'ref:' .. KEYS[1]
+local v = redis.call('INCR', k)
+if v == 1 then redis.call('PEXPIRE', k, 60000) end
+return {v, redis.call('PTTL', k)}`
+	for _, many := range []bool{true, false} {
+		for _, pc := range policies {
+			kind := "lone"
+			if many {
+				kind = "batched"
+			}
+			b.Run(kind+"-"+pc.name, func(b *testing.B) {
+				scriptBody(b, redisbackend.ScriptBody(many), many, testkit.Compiled(b, "body-"+pc.name, pc.spec))
+			})
+		}
+	}
+	b.Run("reference", func(b *testing.B) {
+		scriptBody(b, reference, false, testkit.Compiled(b, "body-reference", "1000/min"))
+	})
+}
+
+// loneLoop runs a decide.lua body once per identifier; ARGV is the real one.
+const loneLoop = `local KEYS = {}
+local function run()
+%s
+end
+for i = 0, 9999 do
+  KEYS[1] = 'body:{user:' .. i .. '}'
+  local r = run()
+  if type(r) ~= 'table' or r.err then return 'decision ' .. i .. ': ' .. tostring(r.err or r) end
+end
+return 'ok'`
+
+// manyLoop runs a decide_many.lua body 100 times, 100 decisions each. The
+// real ARGV holds decide_many.lua's head (the grace, one policy) and then
+// now in ms and µs.
+const manyLoop = `local given = ARGV
+local ARGV = {}
+local function run()
+%s
+end
+local head, now_ms, now_us = #given - 2, given[#given - 1], given[#given]
+for b = 0, 99 do
+  for k = 1, head do
+    ARGV[k] = given[k]
+  end
+  local m = head + 1
+  ARGV[m] = '100'
+  for r = 0, 99 do
+    ARGV[m + 1], ARGV[m + 2], ARGV[m + 3], ARGV[m + 4], ARGV[m + 5] =
+      '1', now_ms, now_us, '1', 'body:{user:' .. (b * 100 + r) .. '}'
+    m = m + 5
+  end
+  local out = run()
+  if type(out) ~= 'table' or #out ~= 100 then return 'batch ' .. b .. ': ' .. tostring(out.err or out) end
+  for r = 1, 100 do
+    if out[r].err then return 'batch ' .. b .. ': ' .. out[r].err end
+  end
+end
+return 'ok'`
+
+// emptyLone and emptyMany are bodies that do nothing but answer.
+const (
+	emptyLone = `return {}`
+	emptyMany = `local out = {} for i = 1, 100 do out[i] = {} end return out`
+)
+
+func scriptBody(b *testing.B, body string, many bool, p *driver.Policy) {
+	ctx := context.Background()
+	c := newClient(b, benchRedis(b).Addr())
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	be, err := redisbackend.New(c, redisbackend.WithoutBatching())
+	if err != nil {
+		b.Fatal(err)
+	}
+	loop, empty := loneLoop, emptyLone
+	if many {
+		loop, empty = manyLoop, emptyMany
+	}
+	now := testkit.T0.Truncate(time.Minute)
+	args := func() []any {
+		args := be.ScriptArgs(driver.Request{Policy: p, Identifier: "x", Cost: 1, Now: now})
+		if many { // decide_many.lua's head: the grace, one policy; then now
+			args = append(append([]any{args[3], 1}, args[4:]...), args[0], args[1])
+		}
+		now = now.Add(500 * time.Millisecond)
+		return args
+	}
+	// cpu runs script once and returns the main thread's CPU time it took.
+	cpu := func(script string) float64 {
+		before, err := evalStats(ctx, c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		reply, err := c.Eval(ctx, script, nil, args()...).Text()
+		if err != nil || reply != "ok" {
+			b.Fatalf("%q, %v", reply, err)
+		}
+		after, err := evalStats(ctx, c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return after.cpu - before.cpu
+	}
+	script, idle := fmt.Sprintf(loop, body), fmt.Sprintf(loop, empty)
+	cpu(script) // creates the keys
+	var spent float64
+	b.ResetTimer()
+	for range b.N {
+		spent += cpu(script) - cpu(idle)
+	}
+	b.StopTimer()
+	b.ReportMetric(spent*1e6/float64(b.N*costIdentifiers), "script-cpu-µs/decision")
+}
