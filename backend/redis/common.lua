@@ -22,10 +22,18 @@
 --          them, whatever the number of limits; a limit that a redefined
 --          policy dropped keeps its fields, untouched.
 --
+-- The numbers in ARGV come from redis.go, decimal integers always, so the
+-- scripts read them with Lua's own coercion (ARGV[i] + 0), which parses a
+-- string once where tonumber parses it twice (Lua 5.1 checks, then
+-- converts). What a key holds may be foreign, so stored fields go through
+-- tonumber and a check.
+--
 -- Lua numbers are doubles: every integer here stays below 2^53 (MaxQuota,
 -- MaxWindow and the GCRA span bound see to it), so the arithmetic is exact.
--- Numbers go to Redis formatted with %d: Redis would turn a Lua number into
--- a string with 14 significant digits, and tostring prints 1.7e+15.
+-- Numbers go to Redis formatted with %d: how Redis turns a Lua number into a
+-- string is its own business (7.0 prints %.17g), and tostring prints
+-- 1.7e+15 (%.14g). tostring is no faster either: BenchmarkScriptCost
+-- measured a guarded tostring for the integers below 1e14 at the same cost.
 
 local FIXED_WINDOW, ALIGNED_WINDOW, GCRA, SLIDING_WINDOW = 0, 1, 2, 3
 local MAX_EXACT = 9007199254740991 -- 2^53 - 1
@@ -39,16 +47,6 @@ local function floor_div(a, b)
     q = q - 1
   end
   return q
-end
-
--- Limit.Capacity, from ARGV
-local function capacity(l)
-  return l.Capacity
-end
-
--- Limit.EmissionMicros, from ARGV
-local function emission_micros(l)
-  return l.Emission
 end
 
 -- slidingEnd
@@ -79,13 +77,13 @@ end
 
 -- limitAllows
 local function limit_allows(l, s, now_ms, now_us, cost)
-  if cost > capacity(l) then
+  if cost > l.Capacity then
     return false
   end
   if l.Algorithm == GCRA then
-    local t = emission_micros(l)
+    local t = l.Emission
     local new_tat = math.max(s.End, now_us) + cost * t
-    return new_tat - capacity(l) * t <= now_us
+    return new_tat - l.Capacity * t <= now_us
   end
   if l.Algorithm == SLIDING_WINDOW then
     local cur, prev, _, span = sliding_counts(l, s, now_ms)
@@ -128,7 +126,7 @@ local function decide(limits, now_ms, now_us, cost, states)
     local s = next[i]
     if l.Algorithm == GCRA then
       s.Used = 0
-      s.End = math.max(s.End, now_us) + cost * emission_micros(l)
+      s.End = math.max(s.End, now_us) + cost * l.Emission
     elseif l.Algorithm == SLIDING_WINDOW then -- Go: continue after each branch
       local cur, prev, e = sliding_counts(l, s, now_ms)
       s.Used, s.End, s.Prev = cur + cost, e, prev
@@ -151,26 +149,22 @@ local function read_limits(a0, n)
   local fields = {}
   for i = 1, n do
     local a = a0 + 5 + (i - 1) * 6
+    local alg, k, m = ARGV[a + 1] + 0, ARGV[a + 6], #fields
+    -- one constructor names every field, so the table is sized once rather
+    -- than grown field by field
     local l = {
-      Algorithm = tonumber(ARGV[a + 1]),
-      Max = tonumber(ARGV[a + 2]),
-      Window = tonumber(ARGV[a + 3]),
-      Capacity = tonumber(ARGV[a + 4]),
-      Emission = tonumber(ARGV[a + 5]),
+      Algorithm = alg, Max = ARGV[a + 2] + 0, Window = ARGV[a + 3] + 0,
+      Capacity = ARGV[a + 4] + 0, Emission = ARGV[a + 5] + 0,
+      E = 'e' .. k, je = m + 1,
+      U = alg ~= GCRA and 'u' .. k or nil, ju = alg ~= GCRA and m + 2 or nil,
+      P = alg == SLIDING_WINDOW and 'p' .. k or nil, jp = alg == SLIDING_WINDOW and m + 3 or nil,
     }
-    local k = ARGV[a + 6]
-    l.E = 'e' .. k
-    fields[#fields + 1] = l.E
-    l.je = #fields
-    if l.Algorithm ~= GCRA then
-      l.U = 'u' .. k
-      fields[#fields + 1] = l.U
-      l.ju = #fields
+    fields[m + 1] = l.E
+    if l.U then
+      fields[m + 2] = l.U
     end
-    if l.Algorithm == SLIDING_WINDOW then
-      l.P = 'p' .. k
-      fields[#fields + 1] = l.P
-      l.jp = #fields
+    if l.P then
+      fields[m + 3] = l.P
     end
     limits[i] = l
   end
@@ -198,6 +192,11 @@ end
 -- (the key holds another type, or a field that is not an integer). The
 -- values read stay in req.ints, in the order of limits.fields, so that
 -- write_states writes only the fields that changed.
+--
+-- The states go into the tables req.states already holds, if any:
+-- decide_many.lua decides request after request with one req per policy,
+-- so a decision of a batch makes two tables: the HMGET's reply and its own
+-- reply.
 local function read_states(req)
   local limits = req.limits
   local fields = limits.fields
@@ -225,27 +224,31 @@ local function read_states(req)
   end
   local states = req.states
   for i = 1, req.n do
-    local l = limits[i]
-    states[i] = {Used = l.ju and ints[l.ju] or 0, End = ints[l.je], Prev = l.jp and ints[l.jp] or 0}
+    local l, s = limits[i], states[i]
+    if s == nil then
+      states[i] = {Used = l.ju and ints[l.ju] or 0, End = ints[l.je], Prev = l.jp and ints[l.jp] or 0}
+    else
+      s.Used, s.End, s.Prev = l.ju and ints[l.ju] or 0, ints[l.je], l.jp and ints[l.jp] or 0
+    end
   end
   req.ints, req.expires = ints, ints[limits.jx]
   return req
 end
 
 -- new_request is a request on key under limits, read_states not yet run.
+-- args is write_states' list of HSET arguments, kept for the next request.
 local function new_request(key, now_ms, now_us, cost, grace_ms, limits)
   return {
     now_ms = now_ms, now_us = now_us, cost = cost, grace_ms = grace_ms,
     n = #limits, key = key, limits = limits,
-    states = {},
+    states = {}, args = {},
   }
 end
 
 -- read_request parses ARGV, laid out as above, and reads the states of
 -- KEYS[1] (read_states).
 local function read_request()
-  local req = new_request(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]),
-    tonumber(ARGV[4]), read_limits(0, tonumber(ARGV[5])))
+  local req = new_request(KEYS[1], ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0, read_limits(0, ARGV[5] + 0))
   return read_states(req)
 end
 
@@ -282,22 +285,20 @@ end
 -- decision, pays the PEXPIRE about once per grace rather than once per
 -- decision.
 local function write_states(req, states, written)
-  local args = {}
+  -- args may hold a previous request's fields past m: HSET takes the first m
+  local args, m = req.args, 0
   local ints = req.ints
   for i = 1, #states do
     if written == nil or written[i] then
       local l, s = req.limits[i], states[i]
       if s.End ~= ints[l.je] then
-        args[#args + 1] = l.E
-        args[#args + 1] = string.format('%d', s.End)
+        args[m + 1], args[m + 2], m = l.E, string.format('%d', s.End), m + 2
       end
       if l.U and s.Used ~= ints[l.ju] then
-        args[#args + 1] = l.U
-        args[#args + 1] = string.format('%d', s.Used)
+        args[m + 1], args[m + 2], m = l.U, string.format('%d', s.Used), m + 2
       end
       if l.P and s.Prev ~= ints[l.jp] then
-        args[#args + 1] = l.P
-        args[#args + 1] = string.format('%d', s.Prev)
+        args[m + 1], args[m + 2], m = l.P, string.format('%d', s.Prev), m + 2
       end
     end
   end
@@ -305,30 +306,47 @@ local function write_states(req, states, written)
   local extend = req.expires == 0 or req.now_ms + ttl > req.expires
   if extend then
     ttl = ttl + req.grace_ms
-    args[#args + 1] = 'x'
     -- An End near 2^53 (a window of 400 days that ends far ahead) would
     -- carry x past what a double holds exactly: x then stays at the bound,
     -- and the expiry is set again by the next write, which is harmless.
-    args[#args + 1] = string.format('%d', math.min(req.now_ms + ttl, MAX_EXACT))
+    args[m + 1], args[m + 2], m = 'x', string.format('%d', math.min(req.now_ms + ttl, MAX_EXACT)), m + 2
   end
-  if #args > 0 then
-    redis.call('HSET', req.key, unpack(args))
+  if m > 0 then
+    redis.call('HSET', req.key, unpack(args, 1, m))
   end
   if extend then
     redis.call('PEXPIRE', req.key, ttl)
   end
 end
 
--- reply is what every script returns: {first, used_1, end_1, prev_1,
--- used_2, end_2, prev_2, ...}, integers only; first is the verdict (1 or
--- 0), or for take.lua the units granted.
-local function reply(first, states)
-  local out = {first}
+-- append_states appends to out, after its first m elements, the fields of
+-- each limit's state that its algorithm keeps: Used (not for GCRA, whose
+-- Used is always 0), End, and Prev (sliding windows only; it is always 0
+-- for the others). redis.go reads them back by the policy (parseStates).
+local function append_states(out, m, limits, states)
   for i = 1, #states do
-    out[3 * i - 1] = states[i].Used
-    out[3 * i] = states[i].End
-    out[3 * i + 1] = states[i].Prev
+    local alg, s = limits[i].Algorithm, states[i]
+    if alg ~= GCRA then
+      m = m + 1
+      out[m] = s.Used
+    end
+    m = m + 1
+    out[m] = s.End
+    if alg == SLIDING_WINDOW then
+      m = m + 1
+      out[m] = s.Prev
+    end
   end
+  return m
+end
+
+-- reply is what every script returns: {first, then each limit's state as
+-- append_states lays it out}, integers only; first is the verdict (1 or
+-- 0), or for take.lua the units granted. A fixed window's reply is
+-- {first, used, end}, a GCRA bucket's {first, tat}.
+local function reply(first, limits, states)
+  local out = {first}
+  append_states(out, 1, limits, states)
   return out
 end
 
@@ -340,5 +358,5 @@ local function decide_request(req)
   if allowed and req.cost > 0 then
     write_states(req, next, nil)
   end
-  return reply(allowed and 1 or 0, next)
+  return reply(allowed and 1 or 0, req.limits, next)
 end

@@ -11,8 +11,9 @@
 -- nothing.
 --
 -- KEYS, ARGV  see common.lua; ARGV[3] is the cost
--- reply       {allowed, used_1, end_1, prev_1, ...}: the states after the
---             decision, as driver.Decide returns them
+-- reply       {allowed, then each limit's state as append_states (in
+--             common.lua) lays it out}: the states after the decision, as
+--             driver.Decide returns them
 
 local req, err = read_request()
 if req == nil then

@@ -103,4 +103,4 @@ if allowed and req.cost > 0 then
     redis.call('SET', KEYS[1 + i], value, 'PX', string.format('%d', ttl))
   end
 end
-return reply(allowed and 1 or 0, next)
+return reply(allowed and 1 or 0, req.limits, next)

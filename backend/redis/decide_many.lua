@@ -32,23 +32,27 @@
 -- reply one element per request: decide.lua's reply, or its error
 --
 -- A batch's decisions mostly share a few policies: each is parsed once, and
--- a request carries four numbers and its key.
+-- a request carries four numbers and its key. Each policy has one request
+-- table, filled again for each of its requests (read_states reuses its
+-- states, write_states its list of fields), so a decision makes no table
+-- but the HMGET's reply and its own.
 
 local grace_ms = tonumber(ARGV[1])
 local policies = {}
 local a = 2
 for i = 1, tonumber(ARGV[2]) do
   local n = tonumber(ARGV[a + 1])
-  policies[i] = read_limits(a - 4, n)
+  policies[i] = new_request(nil, 0, 0, 0, grace_ms, read_limits(a - 4, n))
   a = a + 1 + 6 * n
 end
 local out = {}
 local count = tonumber(ARGV[a + 1])
 a = a + 1
 for j = 1, count do
-  local req, err = read_states(new_request(ARGV[a + 5], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
-    tonumber(ARGV[a + 4]), grace_ms, policies[tonumber(ARGV[a + 1])]))
-  if req == nil then
+  local req = policies[ARGV[a + 1] + 0]
+  req.key, req.now_ms, req.now_us, req.cost = ARGV[a + 5], ARGV[a + 2] + 0, ARGV[a + 3] + 0, ARGV[a + 4] + 0
+  local _, err = read_states(req)
+  if err ~= nil then
     out[j] = redis.error_reply(err)
   else
     out[j] = decide_request(req)

@@ -185,8 +185,10 @@
 // throttler's now (in milliseconds and microseconds), the cost, the expiry
 // grace, and each limit's algorithm, Max, window, capacity, emission
 // interval and key. Each returns integers: the verdict and every limit's
-// state (Used, End, Prev). The throttler computes every figure of the result
-// from those with driver.Evaluate.
+// state, as many of its fields as the algorithm keeps (Used and End for a
+// fixed window, End alone for GCRA, Used, End and Prev for a sliding
+// window; the others are always 0). The throttler computes every figure of
+// the result from those with driver.Evaluate.
 //
 // decide.lua, refund.lua, take.lua and seed.lua mirror driver.Decide,
 // driver.Refund, driver.Take and driver.Seed line for line, as the helpers in common.lua mirror the functions they

@@ -2,6 +2,7 @@ package redisbackend
 
 import (
 	"context"
+	"strings"
 
 	"github.com/throttlekit/throttlekit/throttler/driver"
 )
@@ -39,10 +40,25 @@ func (b *Backend) DecideMany(ctx context.Context, reqs []driver.Request) ([]driv
 			errs[i] = classify(p.err)
 			continue
 		}
-		outs[i], errs[i] = parseReply(p.reply, len(reqs[i].Policy.Limits), false)
+		outs[i], errs[i] = parseReply(p.reply, reqs[i].Policy, false)
 	}
 	return outs, errs, nil
 }
 
 // ParseSeedReply exposes parseSeedReply to the external tests.
 var ParseSeedReply = parseSeedReply
+
+// ScriptBody returns what Redis runs for decide.lua, or for decide_many.lua
+// when many is set, common.lua spliced in, without the shebang line, for
+// BenchmarkScriptBody to run in a loop.
+func ScriptBody(many bool) string {
+	script := withCommon(decideSource)
+	if many {
+		script = withCommon(decideManySource)
+	}
+	_, body, _ := strings.Cut(script, "\n")
+	return body
+}
+
+// ScriptArgs is the ARGV of decide.lua for req.
+func (b *Backend) ScriptArgs(req driver.Request) []any { return b.scriptArgs(req) }

@@ -92,7 +92,7 @@ func (v layout2) Peek(ctx context.Context, req driver.Request) (driver.Outcome, 
 	if err != nil {
 		return driver.Outcome{}, err
 	}
-	return parseReply(reply, len(keys), false)
+	return parseReply(reply, req.Policy, false)
 }
 
 // Reset implements driver.Resetter: one DEL of the identifier's layout-2
@@ -195,7 +195,7 @@ func (v *beside) run(ctx context.Context, req driver.Request) (driver.Outcome, e
 	if err != nil {
 		return driver.Outcome{}, err
 	}
-	return parseReply(reply, len(req.Policy.Limits), false)
+	return parseReply(reply, req.Policy, false)
 }
 
 // Decide implements driver.Backend with one call of decide_layout2.lua.

@@ -16,7 +16,8 @@
 -- for a clock before 1970, where an absent TAT (0) lies in the future.
 --
 -- KEYS, ARGV  see common.lua; ARGV[3] is the cost (0 for a plain peek)
--- reply       {allowed, used_1, end_1, prev_1, ...}: the states as read
+-- reply       {allowed, then each limit's state as append_states (in
+--             common.lua) lays it out}: the states as read
 
 local req, err = read_request()
 if req == nil then
@@ -30,4 +31,4 @@ for i = 1, #req.limits do
     break
   end
 end
-return reply(allowed and 1 or 0, req.states)
+return reply(allowed and 1 or 0, req.limits, req.states)

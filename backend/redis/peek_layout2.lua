@@ -47,4 +47,4 @@ for i = 1, n do
     break
   end
 end
-return reply(allowed and 1 or 0, req.states)
+return reply(allowed and 1 or 0, req.limits, req.states)

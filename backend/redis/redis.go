@@ -562,7 +562,7 @@ func (b *Backend) Seed(ctx context.Context, req driver.Request, given []driver.S
 	if err != nil {
 		return driver.Outcome{}, err
 	}
-	return parseSeedReply(reply, len(req.Policy.Limits))
+	return parseSeedReply(reply, req.Policy)
 }
 
 // Reset implements driver.Resetter: it deletes the identifier's key under
@@ -631,7 +631,7 @@ func (b *Backend) runScript(ctx context.Context, c conn, script *goredis.Script,
 	if err != nil {
 		return driver.Outcome{}, err
 	}
-	return parseReply(reply, len(req.Policy.Limits), script == takeScript)
+	return parseReply(reply, req.Policy, script == takeScript)
 }
 
 // eval runs script on c, through the batcher when there is one, retrying
@@ -826,65 +826,116 @@ func classify(err error) error {
 	return err
 }
 
-// parseReply reads a script's reply, {allowed, used_1, end_1, ...}, for a
-// policy of n limits. Anything else is ErrUnexpectedReply, never a panic.
-func parseReply(reply any, n int, take bool) (driver.Outcome, error) {
+// stateFields is how many integers a reply holds for one state of limit
+// l: the fields its algorithm keeps (append_states in common.lua). Used is
+// always 0 for GCRA and Prev for all but sliding windows, so a reply
+// carries neither: Redis turns fewer Lua numbers into replies, and the
+// client parses fewer.
+func stateFields(l *driver.Limit) int {
+	switch l.Algorithm {
+	case driver.GCRA:
+		return 1 // End
+	case driver.SlidingWindow:
+		return 3 // Used, End, Prev
+	}
+	return 2 // Used, End
+}
+
+// replyLen is the length of a reply of first and one state per limit of p.
+func replyLen(p *driver.Policy) int {
+	n := 1
+	for i := range p.Limits {
+		n += stateFields(&p.Limits[i])
+	}
+	return n
+}
+
+// parseStates reads one state per limit of p from items, laid out as
+// append_states lays them out, into states. items holds exactly those
+// fields.
+func parseStates(items []any, offset int, p *driver.Policy, states []driver.State) error {
+	ints := func(j int) (int64, error) {
+		v, ok := items[j].(int64)
+		if !ok {
+			return 0, driver.Errorf("%w: element %d is %T, want an integer", ErrUnexpectedReply, offset+j, items[j])
+		}
+		return v, nil
+	}
+	var err error
+	j := 0
+	for i := range states {
+		s := &states[i]
+		alg := p.Limits[i].Algorithm
+		if alg != driver.GCRA {
+			if s.Used, err = ints(j); err != nil {
+				return err
+			}
+			j++
+		}
+		if s.End, err = ints(j); err != nil {
+			return err
+		}
+		j++
+		if alg == driver.SlidingWindow {
+			if s.Prev, err = ints(j); err != nil {
+				return err
+			}
+			j++
+		}
+	}
+	return nil
+}
+
+// parseReply reads a script's reply, {allowed, then each limit's state as
+// append_states in common.lua lays it out}, for policy p. Anything else is
+// ErrUnexpectedReply, never a panic.
+func parseReply(reply any, p *driver.Policy, take bool) (driver.Outcome, error) {
 	items, ok := reply.([]any)
 	if !ok {
 		return driver.Outcome{}, driver.Errorf("%w: %T, want an array", ErrUnexpectedReply, reply)
 	}
-	if len(items) != 1+3*n {
-		return driver.Outcome{}, driver.Errorf("%w: %d elements, want %d", ErrUnexpectedReply, len(items), 1+3*n)
+	if want := replyLen(p); len(items) != want {
+		return driver.Outcome{}, driver.Errorf("%w: %d elements, want %d", ErrUnexpectedReply, len(items), want)
 	}
-	ints := make([]int64, len(items))
-	for i, item := range items {
-		v, ok := item.(int64)
-		if !ok {
-			return driver.Outcome{}, driver.Errorf("%w: element %d is %T, want an integer", ErrUnexpectedReply, i, item)
-		}
-		ints[i] = v
+	first, ok := items[0].(int64)
+	if !ok {
+		return driver.Outcome{}, driver.Errorf("%w: element 0 is %T, want an integer", ErrUnexpectedReply, items[0])
 	}
-	out := driver.Outcome{Allowed: ints[0] == 1, States: make([]driver.State, n)}
+	out := driver.Outcome{Allowed: first == 1, States: make([]driver.State, len(p.Limits))}
 	switch {
-	case take && ints[0] >= 0:
-		out.Allowed, out.Granted = ints[0] > 0, ints[0]
+	case take && first >= 0:
+		out.Allowed, out.Granted = first > 0, first
 	case take:
-		return driver.Outcome{}, driver.Errorf("%w: %d units granted", ErrUnexpectedReply, ints[0])
-	case ints[0] != 0 && ints[0] != 1:
-		return driver.Outcome{}, driver.Errorf("%w: verdict %d, want 0 or 1", ErrUnexpectedReply, ints[0])
+		return driver.Outcome{}, driver.Errorf("%w: %d units granted", ErrUnexpectedReply, first)
+	case first != 0 && first != 1:
+		return driver.Outcome{}, driver.Errorf("%w: verdict %d, want 0 or 1", ErrUnexpectedReply, first)
 	}
-	for i := range out.States {
-		out.States[i] = driver.State{Used: ints[1+3*i], End: ints[2+3*i], Prev: ints[3+3*i]}
+	if err := parseStates(items[1:], 1, p, out.States); err != nil {
+		return driver.Outcome{}, err
 	}
 	return out, nil
 }
 
-// parseSeedReply reads seed.lua's reply, {allowed, used_1, end_1, prev_1,
-// ..., then the same for the states held before}, for a policy of n
-// limits. Anything else is ErrUnexpectedReply, never a panic.
-func parseSeedReply(reply any, n int) (driver.Outcome, error) {
+// parseSeedReply reads seed.lua's reply, {allowed, each limit's state,
+// then each limit's state held before}, the states laid out as
+// append_states in common.lua lays them out, for policy p. Anything else
+// is ErrUnexpectedReply, never a panic.
+func parseSeedReply(reply any, p *driver.Policy) (driver.Outcome, error) {
 	items, ok := reply.([]any)
 	if !ok {
 		return driver.Outcome{}, driver.Errorf("%w: %T, want an array", ErrUnexpectedReply, reply)
 	}
-	if len(items) != 1+6*n {
-		return driver.Outcome{}, driver.Errorf("%w: %d elements, want %d", ErrUnexpectedReply, len(items), 1+6*n)
+	half := replyLen(p)
+	if len(items) != 2*half-1 {
+		return driver.Outcome{}, driver.Errorf("%w: %d elements, want %d", ErrUnexpectedReply, len(items), 2*half-1)
 	}
-	out, err := parseReply(items[:1+3*n], n, false)
+	out, err := parseReply(items[:half], p, false)
 	if err != nil {
 		return driver.Outcome{}, err
 	}
-	out.Prior = make([]driver.State, n)
-	for i := range out.Prior {
-		var fields [3]int64
-		for j := range fields {
-			v, ok := items[1+3*n+3*i+j].(int64)
-			if !ok {
-				return driver.Outcome{}, driver.Errorf("%w: element %d is %T, want an integer", ErrUnexpectedReply, 1+3*n+3*i+j, items[1+3*n+3*i+j])
-			}
-			fields[j] = v
-		}
-		out.Prior[i] = driver.State{Used: fields[0], End: fields[1], Prev: fields[2]}
+	out.Prior = make([]driver.State, len(p.Limits))
+	if err := parseStates(items[half:], half, p, out.Prior); err != nil {
+		return driver.Outcome{}, err
 	}
 	return out, nil
 }

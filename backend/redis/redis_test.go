@@ -414,8 +414,11 @@ func TestForeignValueIsAnError(t *testing.T) {
 	}
 }
 
-// Replies a proxy or an incompatible server could send are errors.
+// Replies a proxy or an incompatible server could send are errors. A reply
+// holds, per limit, only the fields its algorithm keeps: Used, End and Prev
+// for a sliding window, Used and End for a fixed one, End for GCRA.
 func TestOddRepliesAreErrors(t *testing.T) {
+	sliding := testkit.Compiled(t, "odd", "10/s sliding")
 	for _, tc := range []struct {
 		name  string
 		reply any
@@ -432,17 +435,20 @@ func TestOddRepliesAreErrors(t *testing.T) {
 		{"nested array", []any{[]any{int64(1)}, int64(0), int64(0), int64(0)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := redisbackend.ParseReply(tc.reply, 1, false)
+			_, err := redisbackend.ParseReply(tc.reply, sliding, false)
 			assert.ErrorIs(t, err, redisbackend.ErrUnexpectedReply)
 			assert.ErrorIs(t, err, driver.ErrBadReply)
 		})
 	}
-	out, err := redisbackend.ParseReply([]any{int64(1), int64(3), int64(1700000000000), int64(0), int64(0), int64(1700000000000123), int64(0)}, 2, false)
+	fixedAndGCRA := testkit.Compiled(t, "odd", "10/s, 10/s gcra")
+	out, err := redisbackend.ParseReply([]any{int64(1), int64(3), int64(1700000000000), int64(1700000000000123)}, fixedAndGCRA, false)
 	require.NoError(t, err)
 	assert.Equal(t, driver.Outcome{Allowed: true, States: []driver.State{{Used: 3, End: 1700000000000}, {End: 1700000000000123}}}, out)
-	_, err = redisbackend.ParseReply([]any{int64(-1), int64(0), int64(0), int64(0)}, 1, true)
+	_, err = redisbackend.ParseReply([]any{int64(1), int64(3), int64(1700000000000), int64(0), int64(0), int64(1700000000000123), int64(0)}, fixedAndGCRA, false)
+	assert.ErrorIs(t, err, redisbackend.ErrUnexpectedReply, "three fields for every limit")
+	_, err = redisbackend.ParseReply([]any{int64(-1), int64(0), int64(0), int64(0)}, sliding, true)
 	assert.ErrorIs(t, err, redisbackend.ErrUnexpectedReply, "a negative grant")
-	out, err = redisbackend.ParseReply([]any{int64(7), int64(9), int64(1700000000000), int64(4)}, 1, true)
+	out, err = redisbackend.ParseReply([]any{int64(7), int64(9), int64(1700000000000), int64(4)}, sliding, true)
 	require.NoError(t, err)
 	assert.Equal(t, driver.Outcome{Allowed: true, Granted: 7, States: []driver.State{{Used: 9, End: 1700000000000, Prev: 4}}}, out)
 }

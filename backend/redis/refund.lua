@@ -7,7 +7,8 @@
 -- decide.lua.
 --
 -- KEYS, ARGV  see common.lua; ARGV[3] is n
--- reply       {1, used_1, end_1, prev_1, ...}: the states after the refund
+-- reply       {1, then each limit's state as append_states (in common.lua)
+--             lays it out}: the states after the refund
 
 -- Refund
 local function refund(limits, now_ms, now_us, n, states)
@@ -23,7 +24,7 @@ local function refund(limits, now_ms, now_us, n, states)
     local s = next[i]
     if l.Algorithm == GCRA then
       if s.End > now_us then
-        local t = emission_micros(l)
+        local t = l.Emission
         local back = s.End - now_us -- never refund below now
         if n <= floor_div(back, t) then
           back = n * t
@@ -55,4 +56,4 @@ end
 if changed then
   write_states(req, next, written)
 end
-return reply(1, next)
+return reply(1, req.limits, next)

@@ -13,9 +13,10 @@
 --             after the limits' six arguments come the given states,
 --             three per limit: used, end, prev (Go has checked that they
 --             are not negative and stay below 2^53)
--- reply       {allowed, used_1, end_1, prev_1, ..., then the same for the
---             states held before}: the states after the step, as
---             driver.Seed leaves them, and the states as read
+-- reply       {allowed, each limit's state, then each limit's state held
+--             before, both as append_states (common.lua) lays them out}:
+--             the states after the step, as driver.Seed leaves them, and
+--             the states as read
 
 -- State{}: the zero state, which counts nothing
 local function is_zero(s)
@@ -114,10 +115,6 @@ end
 if changed then
   write_states(req, req.states, written)
 end
-local out = reply(allowed and 1 or 0, req.states)
-for i = 1, n do
-  out[3 * n + 3 * i - 1] = prior[i].Used
-  out[3 * n + 3 * i] = prior[i].End
-  out[3 * n + 3 * i + 1] = prior[i].Prev
-end
+local out = reply(allowed and 1 or 0, req.limits, req.states)
+append_states(out, #out, req.limits, prior)
 return out

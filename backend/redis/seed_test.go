@@ -407,20 +407,21 @@ func TestSeedEveryClient(t *testing.T) {
 // Replies a proxy or an incompatible server could send to a seed are
 // errors.
 func TestOddSeedRepliesAreErrors(t *testing.T) {
+	fixed := testkit.Compiled(t, "odd", "10/s") // a reply holds its Used and End
 	for _, tc := range []struct {
 		name  string
 		reply any
 	}{
 		{"not an array", "OK"},
-		{"a decision's reply", []any{int64(1), int64(1), int64(2), int64(0)}},
-		{"too long", []any{int64(1), int64(1), int64(2), int64(0), int64(0), int64(0), int64(0), int64(0)}},
-		{"a string in the prior states", []any{int64(1), int64(1), int64(2), int64(0), int64(0), "x", int64(0)}},
-		{"a bad verdict", []any{int64(2), int64(1), int64(2), int64(0), int64(0), int64(0), int64(0)}},
+		{"a decision's reply", []any{int64(1), int64(1), int64(2)}},
+		{"too long", []any{int64(1), int64(1), int64(2), int64(0), int64(0), int64(0)}},
+		{"a string in the prior states", []any{int64(1), int64(1), int64(2), "x", int64(0)}},
+		{"a bad verdict", []any{int64(2), int64(1), int64(2), int64(0), int64(0)}},
 	} {
-		_, err := redisbackend.ParseSeedReply(tc.reply, 1)
+		_, err := redisbackend.ParseSeedReply(tc.reply, fixed)
 		assert.ErrorIs(t, err, redisbackend.ErrUnexpectedReply, tc.name)
 	}
-	out, err := redisbackend.ParseSeedReply([]any{int64(1), int64(3), int64(1700000000000), int64(0), int64(2), int64(1700000000000), int64(0)}, 1)
+	out, err := redisbackend.ParseSeedReply([]any{int64(1), int64(3), int64(1700000000000), int64(2), int64(1700000000000)}, fixed)
 	require.NoError(t, err)
 	assert.Equal(t, driver.Outcome{Allowed: true, States: []driver.State{{Used: 3, End: 1700000000000}},
 		Prior: []driver.State{{Used: 2, End: 1700000000000}}}, out)

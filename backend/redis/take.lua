@@ -6,13 +6,14 @@
 -- decide (common.lua) with cost k. The shebang works as in decide.lua.
 --
 -- KEYS, ARGV  see common.lua; ARGV[3] is n
--- reply       {k, used_1, end_1, prev_1, ...}: the units granted and the
---             states after the take (as read when k is 0)
+-- reply       {k, then each limit's state as append_states (in common.lua)
+--             lays it out}: the units granted and the states after the
+--             take (as read when k is 0)
 
 -- Evaluate(l, s, now, 0, true).Remaining
 local function remaining(l, s, now_ms, now_us)
   if l.Algorithm == GCRA then
-    local t, b = emission_micros(l), capacity(l)
+    local t, b = l.Emission, l.Capacity
     local tat = math.max(s.End, now_us)
     -- Go truncates a negative quotient towards zero; the clamp makes
     -- floor_div agree.
@@ -31,9 +32,9 @@ end
 
 -- Headroom
 local function headroom(limits, now_ms, now_us, states)
-  local room = capacity(limits[1])
+  local room = limits[1].Capacity
   for i = 2, #limits do
-    room = math.min(room, capacity(limits[i]))
+    room = math.min(room, limits[i].Capacity)
   end
   for i = 1, #limits do
     room = math.min(room, remaining(limits[i], states[i], now_ms, now_us))
@@ -65,4 +66,4 @@ local k = take(req.limits, req.now_ms, req.now_us, req.cost, req.states)
 if k > 0 then
   write_states(req, req.states, nil)
 end
-return reply(k, req.states)
+return reply(k, req.limits, req.states)
