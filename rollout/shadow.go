@@ -99,6 +99,12 @@ type Stats struct {
 	// merged it into the serving backend first. SeedUnsupported counts
 	// checks skipped because the serving backend is no driver.Seeder.
 	SeedChecks, Seeded, SeedUnsupported uint64
+	// FlagMissing counts the answers of the flag source that did not hold
+	// the flag it follows (a typo in its name, or a project or environment
+	// its token does not see): the kill switch is then in force, silently
+	// but for this count, the source's log and its Ping. It is 0 for a
+	// source that cannot tell (see MissingCounter).
+	FlagMissing uint64
 }
 
 // Stats returns a snapshot of the counters. Each counter is read atomically,
@@ -121,6 +127,7 @@ func (b *Backend) Stats() Stats {
 		SeedChecks:           c.seedChecks.Load(),
 		Seeded:               c.seeded.Load(),
 		SeedUnsupported:      c.seedUnsupported.Load(),
+		FlagMissing:          flagMissing(b.source),
 	}
 }
 
@@ -188,4 +195,21 @@ func figures(req driver.Request, out driver.Outcome) []driver.Status {
 		st[i] = driver.Evaluate(&req.Policy.Limits[i], out.States[i], req.Now, req.Cost, out.Allowed)
 	}
 	return st
+}
+
+// MissingCounter is implemented by a FlagSource that can tell when its
+// server answers without the flag the source follows. The rollout reports
+// the count in Stats.FlagMissing, which the metrics export
+// (event="flag_missing").
+type MissingCounter interface {
+	// MissingFetches counts the server's answers that lacked the flag.
+	MissingFetches() uint64
+}
+
+// flagMissing is src's MissingFetches, or 0 when src cannot tell.
+func flagMissing(src FlagSource) uint64 {
+	if mc, ok := src.(MissingCounter); ok {
+		return mc.MissingFetches()
+	}
+	return 0
 }

@@ -49,7 +49,7 @@ func (o *Observer) registerGauges(meter metric.Meter) error {
 			metric.WithDescription("1 while the rollout's kill switch sends every identifier to the old backend."))
 		add(g.rolloutKilled, err)
 		g.rolloutEvents, err = meter.Int64ObservableCounter("throttlekit.rollout.events", metric.WithUnit("{event}"),
-			metric.WithDescription("Rollout events: default_routed, mirrored, mirror_shortfall, mirror_diverged, secondary_error, seed_checked, seeded, seed_unsupported, shadow_compared, shadow_mismatched."))
+			metric.WithDescription("Rollout events: default_routed, mirrored, mirror_shortfall, mirror_diverged, secondary_error, seed_checked, seeded, seed_unsupported, shadow_compared, shadow_mismatched, flag_missing."))
 		add(g.rolloutEvents, err)
 		g.rolloutMismatches, err = meter.Int64ObservableCounter("throttlekit.rollout.mismatches", metric.WithUnit("{mismatch}"),
 			metric.WithDescription("Shadow-mode mismatches by kind (allowed_denied, denied_allowed, remaining, reset); one decision can differ in several ways."))

@@ -67,7 +67,8 @@ const (
 	RolloutKey = attribute.Key("throttlekit.rollout.name")
 	// RolloutEventKey names a rollout counter: default_routed, mirrored,
 	// mirror_shortfall, mirror_diverged, secondary_error, seed_checked,
-	// seeded, seed_unsupported, shadow_compared, shadow_mismatched.
+	// seeded, seed_unsupported, shadow_compared, shadow_mismatched,
+	// flag_missing.
 	RolloutEventKey = attribute.Key("throttlekit.rollout.event")
 	// MismatchKey is a shadow mismatch's kind: allowed_denied,
 	// denied_allowed, remaining or reset.

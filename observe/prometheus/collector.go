@@ -201,7 +201,7 @@ func New(opts ...Option) (*Collector, error) {
 		rolloutKilled: prometheus.NewDesc(ns+"_rollout_killed",
 			"1 while the rollout's kill switch sends every identifier to the old backend.", []string{"rollout"}, nil),
 		rolloutEvents: prometheus.NewDesc(ns+"_rollout_events_total",
-			"Rollout events: default_routed, mirrored, mirror_shortfall, mirror_diverged, secondary_error, seed_checked, seeded, seed_unsupported, shadow_compared, shadow_mismatched.",
+			"Rollout events: default_routed, mirrored, mirror_shortfall, mirror_diverged, secondary_error, seed_checked, seeded, seed_unsupported, shadow_compared, shadow_mismatched, flag_missing.",
 			[]string{"rollout", "event"}, nil),
 		rolloutMismatch: prometheus.NewDesc(ns+"_rollout_mismatches_total",
 			"Shadow-mode mismatches by kind (allowed_denied, denied_allowed, remaining, reset); one decision can differ in several ways.",

@@ -44,8 +44,9 @@
 // was apart before the write: zero once the stores have converged),
 // secondary_error, seed_checked (a split decision that looked at the other
 // store), seeded (one that carried state over), seed_unsupported,
-// shadow_compared and shadow_mismatched (a compared decision that differs
-// in any way); its
+// shadow_compared, shadow_mismatched (a compared decision that differs
+// in any way) and flag_missing (the flag source answered without its flag:
+// a typo in its name puts the kill switch in force); its
 // mismatches by kind are allowed_denied, denied_allowed, remaining and
 // reset, and one decision can differ in several.
 //

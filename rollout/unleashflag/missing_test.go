@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	memorybackend "github.com/throttlekit/throttlekit/backend/memory"
 	"github.com/throttlekit/throttlekit/internal/testkit"
+	"github.com/throttlekit/throttlekit/rollout"
 )
 
 // A toggle name the server does not know (a typo) reads as the kill switch,
@@ -43,6 +45,12 @@ func TestMissingToggleIsReportedAndLoggedOnce(t *testing.T) {
 	waitFor(t, "the fetches to be counted", func() bool { return src.Status().MissingFetches >= 4 })
 	assert.True(t, src.Status().Missing)
 	assert.Equal(t, 1, logs.Count(slog.LevelError, "toggle does not exist on the unleash server"))
+	// A rollout over the source reports the count, which the metrics
+	// export as event="flag_missing".
+	rb, err := rollout.New(memorybackend.New(), memorybackend.New(), src)
+	require.NoError(t, err)
+	assert.Equal(t, src.Status().MissingFetches, rb.Stats().FlagMissing)
+	assert.GreaterOrEqual(t, rb.Stats().FlagMissing, uint64(4))
 
 	flags.change(func(f *flagServer) { f.present = true })
 	waitPercent(t, src, 40)

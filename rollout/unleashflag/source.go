@@ -586,6 +586,10 @@ type Status struct {
 	LastFetch time.Time
 }
 
+// MissingFetches counts the fetched toggle sets that had no toggle of the
+// source's name (rollout.MissingCounter), as Status.MissingFetches does.
+func (s *Source) MissingFetches() uint64 { return s.missingFetches.Load() }
+
 // LastFetch returns when the server last answered a fetch of the toggles
 // (200 or 304), zero before the first answer: how fresh the split in force
 // is. Status reports it too.
@@ -788,8 +792,9 @@ func (l listener) OnError(err error) {
 func (l listener) OnWarning(error) {}
 
 var (
-	_ rollout.FlagSource    = (*Source)(nil)
-	_ driver.LoggerSetter   = (*Source)(nil)
-	_ unleash.Storage       = (*toggleStorage)(nil)
-	_ unleash.ErrorListener = listener{}
+	_ rollout.FlagSource     = (*Source)(nil)
+	_ rollout.MissingCounter = (*Source)(nil)
+	_ driver.LoggerSetter    = (*Source)(nil)
+	_ unleash.Storage        = (*toggleStorage)(nil)
+	_ unleash.ErrorListener  = listener{}
 )

@@ -160,13 +160,14 @@ type Count struct {
 }
 
 // RolloutEvents lists a rollout's event counters, in a fixed order.
-func RolloutEvents(st rollout.Stats) [10]Count {
+func RolloutEvents(st rollout.Stats) [11]Count {
 	return [...]Count{
 		{"default_routed", st.DefaultRouted}, {"mirrored", st.Mirrored},
 		{"mirror_shortfall", st.MirrorShortfalls}, {"secondary_error", st.SecondaryErrors},
 		{"shadow_compared", st.ShadowCompared}, {"shadow_mismatched", st.ShadowMismatches},
 		{"mirror_diverged", st.MirrorDiverged}, {"seed_checked", st.SeedChecks},
 		{"seeded", st.Seeded}, {"seed_unsupported", st.SeedUnsupported},
+		{"flag_missing", st.FlagMissing},
 	}
 }
 
