@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	legacybackend "github.com/throttlekit/throttlekit/backend/legacy"
@@ -238,18 +237,8 @@ func runRollingDeploy(ctx context.Context, cfg Config, srv *servers, plan deploy
 	fmt.Fprintf(out, "  api: %s, %s; load: %d clients, %d abusive at %g req/s, the others at %g req/s, all on the old processes first\n",
 		api.URL(), plan.describePolicy(), len(lg.clients), lg.abusive(), cfg.AbusiveRate, cfg.NormalRate)
 
-	maxRequests := int(total.Seconds()*max(cfg.NormalRate, cfg.AbusiveRate)*2) + 10
-	loadCtx, stopLoad := context.WithTimeout(ctx, total+5*time.Second)
-	var loadDone sync.WaitGroup
-	loadDone.Add(1)
-	go func() {
-		defer loadDone.Done()
-		lg.run(loadCtx, maxRequests)
-	}()
-	defer func() {
-		stopLoad()
-		loadDone.Wait()
-	}()
+	stopLoad := lg.start(ctx, cfg, total)
+	defer stopLoad()
 
 	run := deployRun{plan: plan, clients: len(lg.clients)}
 	names := reportNames{mode: rollout.MirrorMode, sides: [2]string{"legacy", "redis"}}
@@ -327,7 +316,6 @@ func runRollingDeploy(ctx context.Context, cfg Config, srv *servers, plan deploy
 		}
 	}
 	stopLoad()
-	loadDone.Wait()
 
 	for p, proc := range fresh {
 		s := proc.deciding.Stats()

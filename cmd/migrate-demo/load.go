@@ -838,3 +838,23 @@ func (e *errorSamples) list() []string {
 	}
 	return out
 }
+
+// start runs the clients for about d, bounded in count too (twice the
+// faster rate over d, with room for jitter), and returns the function that
+// stops them and waits until every client has returned. Calling it again
+// does nothing more, so a leg both stops its clients where its last phase
+// ends and defers the same call for its early returns.
+func (l *load) start(ctx context.Context, cfg Config, d time.Duration) (stop func()) {
+	maxRequests := int(d.Seconds()*max(cfg.NormalRate, cfg.AbusiveRate)*2) + 10
+	loadCtx, cancel := context.WithTimeout(ctx, d+5*time.Second)
+	var done sync.WaitGroup
+	done.Add(1)
+	go func() {
+		defer done.Done()
+		l.run(loadCtx, maxRequests)
+	}()
+	return func() {
+		cancel()
+		done.Wait()
+	}
+}

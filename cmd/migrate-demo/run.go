@@ -328,19 +328,9 @@ func runMode(ctx context.Context, cfg Config, mode rollout.Mode, srv *servers, s
 	// Clients stop at the end of the ramp, or earlier on a signal; each is
 	// also bounded in count, with room for jitter.
 	total := warm + time.Duration(len(cfg.Ramp))*cfg.PhaseDuration
-	maxRequests := int(total.Seconds()*max(cfg.NormalRate, cfg.AbusiveRate)*2) + 10
-	loadCtx, stopLoad := context.WithTimeout(ctx, total+5*time.Second)
-	var loadDone sync.WaitGroup
-	loadDone.Add(1)
-	go func() {
-		defer loadDone.Done()
-		lg.run(loadCtx, maxRequests)
-	}()
+	stopLoad := lg.start(ctx, cfg, total)
 	// Whatever way runMode returns, no client outlives it.
-	defer func() {
-		stopLoad()
-		loadDone.Wait()
-	}()
+	defer stopLoad()
 
 	names := reportNames{mode: mode, sides: [2]string{"memcached", "redis"}, seeding: cfg.Seeding, legacy: legacy != nil}
 	if cfg.Embedded {
@@ -397,7 +387,6 @@ func runMode(ctx context.Context, cfg Config, mode rollout.Mode, srv *servers, s
 		writePhase(out, res, names)
 	}
 	stopLoad()
-	loadDone.Wait()
 
 	writeSummary(out, mode, results)
 	if st.memcached != nil {

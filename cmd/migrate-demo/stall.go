@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	redisbackend "github.com/throttlekit/throttlekit/backend/redis"
@@ -120,18 +119,8 @@ func runStall(ctx context.Context, cfg Config, srv *servers, plan stallPlan, pol
 	fmt.Fprintf(out, "  load: %d clients, %d abusive at %g req/s, the others at %g req/s; one phase of %s\n",
 		len(lg.clients), lg.abusive(), cfg.AbusiveRate, cfg.NormalRate, duration)
 
-	maxRequests := int(duration.Seconds()*max(cfg.NormalRate, cfg.AbusiveRate)*2) + 10
-	loadCtx, stopLoad := context.WithTimeout(ctx, duration+5*time.Second)
-	var loadDone sync.WaitGroup
-	loadDone.Add(1)
-	go func() {
-		defer loadDone.Done()
-		lg.run(loadCtx, maxRequests)
-	}()
-	defer func() {
-		stopLoad()
-		loadDone.Wait()
-	}()
+	stopLoad := lg.start(ctx, cfg, duration)
+	defer stopLoad()
 
 	stallCtx, stopStalls := context.WithCancel(ctx)
 	type stallOutcome struct {
@@ -155,7 +144,6 @@ func runStall(ctx context.Context, cfg Config, srv *servers, plan stallPlan, pol
 	res.target, res.source, res.stalls, res.stalled = 100, "stalled", st.bursts, st.stalled
 	res.interrupted = !ok
 	stopLoad()
-	loadDone.Wait()
 
 	names := reportNames{sides: [2]string{"-", "redis"}, plain: "no rollout: a throttler over the Redis groups alone"}
 	writePhase(out, res, names)
