@@ -12,7 +12,6 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -430,9 +429,11 @@ func compileSnippets(t *testing.T, m *module, snippets []snippet) map[int][]stri
 	if err := os.WriteFile(ovPath, ov, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(gobin); err != nil {
-		gobin = "go"
+	// The go command that runs the tests puts its own GOROOT/bin first on
+	// PATH, so this is the same toolchain.
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("no go command on PATH: %v", err)
 	}
 	var out []byte
 	failed := false

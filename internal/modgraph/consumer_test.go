@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -18,9 +17,11 @@ const core = "github.com/throttlekit/throttlekit"
 
 func goTool(t *testing.T) string {
 	t.Helper()
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(gobin); err != nil {
-		gobin = "go"
+	// The go command that runs the tests puts its own GOROOT/bin first on
+	// PATH, so this is the same toolchain.
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("no go command on PATH: %v", err)
 	}
 	return gobin
 }
