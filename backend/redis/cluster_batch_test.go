@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -21,22 +20,11 @@ import (
 	"github.com/throttlekit/throttlekit/throttler"
 )
 
-// failoverRuns is how many primaries TestClusterKillDegradesOnlyTheDeadNode
-// kills in turn: THROTTLEKIT_FAILOVER_RUNS overrides it.
-func failoverRuns(tb testing.TB) int {
-	if s := os.Getenv("THROTTLEKIT_FAILOVER_RUNS"); s != "" {
-		n, err := strconv.Atoi(s)
-		require.NoError(tb, err, "THROTTLEKIT_FAILOVER_RUNS")
-		return n
-	}
-	return 10
-}
-
 // TestClusterKillDegradesOnlyTheDeadNode kills a Cluster primary (kill -9)
 // while 64 goroutines decide for identifiers of every node, with the
 // default options (batching on, no breaker), until its replica has taken
 // over; then brings the killed node back (it rejoins as a replica) and
-// kills the next primary, ten times. Every decision for an identifier of a
+// kills the next primary, ten times (THROTTLEKIT_FAILOVER_RUNS). Every decision for an identifier of a
 // node that stays up must be decided normally: a round trip waits on its
 // own node alone. The dead node's identifiers are degraded until the
 // promotion, and decided normally again soon after it.
@@ -81,7 +69,7 @@ func TestClusterKillDegradesOnlyTheDeadNode(t *testing.T) {
 		byAddr[n.Addr()] = n
 	}
 
-	for run := range failoverRuns(t) {
+	for run := range testkit.Count(t, "THROTTLEKIT_FAILOVER_RUNS", 10) {
 		// Every identifier decided once, so that the client's view of the
 		// cluster is current before the kill.
 		for _, id := range ids {

@@ -2,7 +2,6 @@ package redisbackend_test
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -31,10 +30,7 @@ import (
 // THROTTLEKIT_LOAD_SECONDS (60 for the figures in docs/DESIGN.md).
 func TestRecoveryLoadedMachineKeepsBreakersClosed(t *testing.T) {
 	localserver.SkipIfShort(t)
-	secs := 5
-	if n, err := strconv.Atoi(os.Getenv("THROTTLEKIT_LOAD_SECONDS")); err == nil && n > 0 {
-		secs = n
-	}
+	secs := testkit.Count(t, "THROTTLEKIT_LOAD_SECONDS", 5)
 	hogs := make([]*exec.Cmd, runtime.NumCPU())
 	for i := range hogs {
 		hogs[i] = exec.Command("yes")

@@ -1,6 +1,8 @@
 package testkit
 
 import (
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -75,4 +77,21 @@ func Throttler(tb testing.TB, b driver.Backend, opts ...throttler.Option) *throt
 func Clock() (*throttlertest.ManualClock, throttler.Option) {
 	c := throttlertest.NewManualClock(T0)
 	return c, throttler.WithClock(c)
+}
+
+// Count returns the positive whole number in the environment variable
+// name, or def when it is unset: how a long-running test lets a person ask
+// for more runs, stalls or seconds than CI spends. A value that is not a
+// positive whole number fails the test rather than being ignored.
+func Count(tb testing.TB, name string, def int) int {
+	tb.Helper()
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		tb.Fatalf("%s=%q: want a positive whole number", name, s)
+	}
+	return n
 }

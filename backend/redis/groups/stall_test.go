@@ -3,8 +3,6 @@ package redisgroups
 import (
 	"context"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -14,18 +12,6 @@ import (
 	"github.com/throttlekit/throttlekit/internal/testkit"
 	"github.com/throttlekit/throttlekit/throttler"
 )
-
-// stallBursts is how many times TestStallNeverMakesUpAVerdict stops a
-// primary: THROTTLEKIT_STALL_BURSTS overrides it, for the long runs a note
-// quotes.
-func stallBursts(tb testing.TB) int {
-	if s := os.Getenv("THROTTLEKIT_STALL_BURSTS"); s != "" {
-		n, err := strconv.Atoi(s)
-		require.NoError(tb, err, "THROTTLEKIT_STALL_BURSTS")
-		return n
-	}
-	return 8
-}
 
 // observed is one non-degraded result as a client read it.
 type observed struct {
@@ -38,7 +24,8 @@ type observed struct {
 // 250 ms of every second while 64 goroutines decide over 400 identifiers
 // under two policies, on every group, with the default options: batching
 // on, the 100 ms call timeout. Calls queued behind a stalled round trip
-// time out and leave; calls of the healthy groups go on. Afterwards, with
+// time out and leave; calls of the healthy groups go on. It stops the
+// primary 8 times, or THROTTLEKIT_STALL_BURSTS. Afterwards, with
 // every server answering, it reads what each store holds and checks every
 // result that was not marked degraded against it: the store's reply to
 // that very request, from the group that owns the identifier. Windows
@@ -109,7 +96,7 @@ func TestStallNeverMakesUpAVerdict(t *testing.T) {
 			_ = server.Resume()
 		}
 	}()
-	bursts := stallBursts(t)
+	bursts := testkit.Count(t, "THROTTLEKIT_STALL_BURSTS", 8)
 	for range bursts {
 		time.Sleep(750 * time.Millisecond)
 		require.NoError(t, server.Pause())
