@@ -49,41 +49,26 @@ end
 
 for i = 1, n do
   local key = KEYS[1 + i]
-  local stored = redis.pcall('GET', key)
-  if type(stored) == 'table' and stored.err then
-    return redis.error_reply('THROTTLEKIT_FOREIGN_VALUE key ' .. key .. ': ' .. stored.err)
+  local l = req.limits[i]
+  local given, err = read_layout2(key, l)
+  if given == nil then
+    return redis.error_reply(err)
   end
-  if stored ~= false then
-    local l = req.limits[i]
-    local used, ends, prev
-    if l.Algorithm == SLIDING_WINDOW then
-      used, ends, prev = string.match(stored, '^(%-?%d+):(%-?%d+):(%-?%d+)$')
-    else
-      used, ends = string.match(stored, '^(%-?%d+):(%-?%d+)$')
-      prev = '0'
-    end
-    if used ~= nil then
-      used, ends, prev = read_int(used), read_int(ends), read_int(prev)
-    end
-    if used == nil or ends == nil or prev == nil then
-      return redis.error_reply('THROTTLEKIT_FOREIGN_VALUE key ' .. key .. ' holds a value layout 2 did not write')
-    end
-    local s = counting(l, {Used = used, End = ends, Prev = prev})
-    local h = counting(l, req.states[i])
-    if s ~= nil then
-      if h == nil then
+  local s = counting(l, given)
+  local h = counting(l, req.states[i])
+  if s ~= nil then
+    if h == nil then
+      req.states[i] = s
+    elseif s.End == h.End then
+      req.states[i] = {Used = math.max(s.Used, h.Used), End = s.End, Prev = math.max(s.Prev, h.Prev)}
+    elseif l.Algorithm == GCRA or l.Algorithm == SLIDING_WINDOW then
+      if s.End > h.End then
         req.states[i] = s
-      elseif s.End == h.End then
-        req.states[i] = {Used = math.max(s.Used, h.Used), End = s.End, Prev = math.max(s.Prev, h.Prev)}
-      elseif l.Algorithm == GCRA or l.Algorithm == SLIDING_WINDOW then
-        if s.End > h.End then
-          req.states[i] = s
-        end
-      else
-        -- a fixed window open on both sides with another End: the hash's
-        -- stays, with the larger count (driver.Merge's rule)
-        req.states[i] = {Used = math.max(s.Used, h.Used), End = h.End, Prev = 0}
       end
+    else
+      -- a fixed window open on both sides with another End: the hash's
+      -- stays, with the larger count (driver.Merge's rule)
+      req.states[i] = {Used = math.max(s.Used, h.Used), End = h.End, Prev = 0}
     end
   end
 end

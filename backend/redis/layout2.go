@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -13,12 +14,21 @@ import (
 )
 
 var (
+	//go:embed layout2.lua
+	layout2Source string
 	//go:embed decide_layout2.lua
 	decideLayout2Source string
 	// decideLayout2Script decides on the strings of layouts 1 and 2 and the
 	// hash of layout 3 together (Backend.Layout2Beside).
-	decideLayout2Script = goredis.NewScript(withCommon(decideLayout2Source))
+	decideLayout2Script = goredis.NewScript(withLayout2(decideLayout2Source))
 )
+
+// withLayout2 is withCommon with layout2.lua after common.lua: the reading
+// of layout 2's strings, for the scripts that read them.
+func withLayout2(script string) string {
+	shebang, body, _ := strings.Cut(script, "\n")
+	return withCommon(shebang + "\n" + layout2Source + body)
+}
 
 // Layout2 returns a read-only view of the store as layouts 1 and 2 kept it:
 // one string per limit, "used:end" ("used:end:prev" for a sliding window),

@@ -18,27 +18,11 @@ local req = {
   states = {},
 }
 for i = 1, n do
-  local stored = redis.pcall('GET', KEYS[i])
-  if type(stored) == 'table' and stored.err then
-    return redis.error_reply('THROTTLEKIT_FOREIGN_VALUE key ' .. KEYS[i] .. ': ' .. stored.err)
+  local s, err = read_layout2(KEYS[i], req.limits[i])
+  if s == nil then
+    return redis.error_reply(err)
   end
-  req.states[i] = {Used = 0, End = 0, Prev = 0}
-  if stored ~= false then
-    local used, ends, prev
-    if req.limits[i].Algorithm == SLIDING_WINDOW then
-      used, ends, prev = string.match(stored, '^(%-?%d+):(%-?%d+):(%-?%d+)$')
-    else
-      used, ends = string.match(stored, '^(%-?%d+):(%-?%d+)$')
-      prev = '0'
-    end
-    if used ~= nil then
-      used, ends, prev = read_int(used), read_int(ends), read_int(prev)
-    end
-    if used == nil or ends == nil or prev == nil then
-      return redis.error_reply('THROTTLEKIT_FOREIGN_VALUE key ' .. KEYS[i] .. ' holds a value layout 2 did not write')
-    end
-    req.states[i] = {Used = used, End = ends, Prev = prev}
-  end
+  req.states[i] = s
 end
 local allowed = req.cost >= 0
 for i = 1, n do

@@ -95,7 +95,7 @@ var (
 	takeScript       = goredis.NewScript(withCommon(takeSource))
 	seedScript       = goredis.NewScript(withCommon(seedSource))
 	// peekLayout2Script reads the strings of layout 2 (Backend.Layout2).
-	peekLayout2Script = goredis.NewScript(withCommon(peekLayout2Source))
+	peekLayout2Script = goredis.NewScript(withLayout2(peekLayout2Source))
 	// The lease scripts use none of common.lua.
 	acquireScript = goredis.NewScript(acquireSource)
 	releaseScript = goredis.NewScript(releaseSource)
