@@ -389,14 +389,8 @@ func addStats(a, b rollout.Stats) rollout.Stats {
 // phase; no mirror write lost, no call for a policy the legacy backend
 // does not match, and every phase ran.
 func judgeDeploy(results []phaseResult, run deployRun, interrupted bool) ModeVerdict {
-	broken := map[string][]string{}
-	var order []string
-	fail := func(invariant, detail string) {
-		if _, ok := broken[invariant]; !ok {
-			order = append(order, invariant)
-		}
-		broken[invariant] = append(broken[invariant], detail)
-	}
+	var broken breaches
+	fail := broken.fail
 	var total sideCounts
 	var rolled int64
 	for _, p := range results {
@@ -451,9 +445,7 @@ func judgeDeploy(results []phaseResult, run deployRun, interrupted bool) ModeVer
 		fail("complete run", fmt.Sprintf("%d of %d phases", len(results), deployPhases))
 	}
 	v := ModeVerdict{Leg: deployLegName, requests: total.requests, moves: total.moved, checked: total.checked}
-	for _, inv := range order {
-		v.Failures = append(v.Failures, inv+" ("+strings.Join(broken[inv], ", ")+")")
-	}
+	v.Failures = broken.failures()
 	if len(v.Failures) > 0 {
 		v.Line = fmt.Sprintf("%s: FAIL: %s", deployLegName, strings.Join(v.Failures, "; "))
 		return v

@@ -276,16 +276,38 @@ type modeRun struct {
 	interrupted string
 }
 
+// breaches collects the invariants a leg broke, in the order first broken,
+// with what broke each.
+type breaches struct {
+	order   []string
+	details map[string][]string
+}
+
+// fail records that detail broke invariant.
+func (b *breaches) fail(invariant, detail string) {
+	if b.details == nil {
+		b.details = map[string][]string{}
+	}
+	if _, ok := b.details[invariant]; !ok {
+		b.order = append(b.order, invariant)
+	}
+	b.details[invariant] = append(b.details[invariant], detail)
+}
+
+// failures says each broken invariant once, with its details:
+// "invariant (detail, detail)".
+func (b *breaches) failures() []string {
+	var out []string
+	for _, inv := range b.order {
+		out = append(out, inv+" ("+strings.Join(b.details[inv], ", ")+")")
+	}
+	return out
+}
+
 // judgeMode checks every invariant over one mode's phases.
 func judgeMode(results []phaseResult, cfg Config, run modeRun) ModeVerdict {
-	broken := map[string][]string{}
-	var order []string
-	fail := func(invariant, detail string) {
-		if _, ok := broken[invariant]; !ok {
-			order = append(order, invariant)
-		}
-		broken[invariant] = append(broken[invariant], detail)
-	}
+	var broken breaches
+	fail := broken.fail
 	var total sideCounts
 	var carried uint64
 	for _, p := range results {
@@ -358,9 +380,7 @@ func judgeMode(results []phaseResult, cfg Config, run modeRun) ModeVerdict {
 	}
 	v := ModeVerdict{Mode: run.mode, Leg: run.mode.String() + " mode", requests: total.requests, moves: total.moved,
 		checked: total.checked}
-	for _, inv := range order {
-		v.Failures = append(v.Failures, inv+" ("+strings.Join(broken[inv], ", ")+")")
-	}
+	v.Failures = broken.failures()
 	if len(v.Failures) > 0 {
 		v.Line = fmt.Sprintf("%s mode: FAIL: %s", run.mode, strings.Join(v.Failures, "; "))
 		return v
