@@ -134,17 +134,29 @@ func (m *Memcached) Decide(ctx context.Context, req driver.Request) (driver.Outc
 	if !m.deciding {
 		return driver.Outcome{}, m.refuse(req)
 	}
-	if err := m.check(ctx, req); err != nil {
-		return driver.Outcome{}, err
-	}
-	if req.Cost < 0 {
-		return driver.Outcome{}, driver.Errorf("%w: legacy: negative cost %d", driver.ErrInvalidState, req.Cost)
-	}
-	i, key, err := m.decidable(req)
+	i, key, err := m.writable(ctx, req, nil)
 	if err != nil {
 		return driver.Outcome{}, err
 	}
 	return m.decide(ctx, req, i, key)
+}
+
+// writable runs the checks Decide and Seed share before any round trip
+// (the request, the given states when seeding, the cost) and returns the
+// limit the counter holds and the counter's key (decidable).
+func (m *Memcached) writable(ctx context.Context, req driver.Request, given []driver.State) (int, string, error) {
+	if err := m.check(ctx, req); err != nil {
+		return 0, "", err
+	}
+	if given != nil {
+		if err := driver.CheckGiven(req.Policy, given); err != nil {
+			return 0, "", err
+		}
+	}
+	if req.Cost < 0 {
+		return 0, "", driver.Errorf("%w: legacy: negative cost %d", driver.ErrInvalidOption, req.Cost)
+	}
+	return m.decidable(req)
 }
 
 // decidable returns the limit and the counter key a Deciding Memcached
@@ -501,20 +513,14 @@ func (m *Memcached) Seed(ctx context.Context, req driver.Request, given []driver
 	if !m.deciding {
 		return driver.Outcome{}, driver.Errorf("%w: legacy: memcached: read-only (no Deciding): cannot take states", errors.ErrUnsupported)
 	}
-	if err := m.check(ctx, req); err != nil {
-		return driver.Outcome{}, err
+	if given == nil {
+		given = []driver.State{}
 	}
-	p := req.Policy
-	if err := driver.CheckGiven(p, given); err != nil {
-		return driver.Outcome{}, err
-	}
-	if req.Cost < 0 {
-		return driver.Outcome{}, driver.Errorf("%w: legacy: negative cost %d", driver.ErrInvalidState, req.Cost)
-	}
-	i, key, err := m.decidable(req)
+	i, key, err := m.writable(ctx, req, given)
 	if err != nil {
 		return driver.Outcome{}, err
 	}
+	p := req.Policy
 	nowMs := req.Now.UnixMilli()
 	var lost time.Time // when a write of this call last lost a race
 	for range maxAttempts {
