@@ -113,9 +113,11 @@ func TestBatchFailsOnlyItsFailingDecisions(t *testing.T) {
 	require.NoError(t, admin.ScriptFlush(ctx).Err())
 	require.NoError(t, admin.Set(ctx, b.Key(p, "foreign"), "junk", time.Minute).Err())
 
-	// The server holds every command for 300 ms: the first call goes out
-	// alone and waits; the rest queue behind it.
-	require.NoError(t, admin.Do(ctx, "CLIENT", "PAUSE", 300, "ALL").Err())
+	// The server holds every command for 1.5 s: the first call goes out
+	// alone and waits; the rest queue behind it. (On a busy machine the
+	// callers' goroutines may take a few hundred ms to start; they must all
+	// have queued before the server answers.)
+	require.NoError(t, admin.Do(ctx, "CLIENT", "PAUSE", 1500, "ALL").Err())
 	first := make(chan error, 1)
 	go func() {
 		_, err := b.Peek(ctx, driver.Request{Policy: p, Identifier: "first", Now: t0})
