@@ -43,12 +43,12 @@ const DefaultMaxBatch = 128
 // value under its key) fails alone.
 //
 // On a standalone client the decisions of a round trip are moreover decided
-// by one script call, decide_many.lua, which runs decide.lua's logic for
-// each in turn: Redis then pays its per-call cost (parsing, the script's
-// setup, the reply) once per round trip instead of once per decision. On a
-// Cluster each primary gets round trips of its own, whose decisions go as
-// one decide_many.lua call whatever their slots (see Batching in the
-// package documentation).
+// by one script call per policy shape (a shape's batch script, or
+// decide_many.lua), which runs the lone script's logic for each in turn:
+// Redis then pays its per-call cost (parsing, the script's setup, the
+// reply) once per round trip instead of once per decision. On a Cluster
+// each primary gets round trips of its own, whose decisions go the same
+// way whatever their slots (see Batching in the package documentation).
 //
 // An auto-pipeliner batches by itself: WithBatching with one is an error
 // wrapping driver.ErrInvalidOption, and by default it runs unbatched.
@@ -89,7 +89,7 @@ type pending struct {
 	args     []any
 	policy   *driver.Policy // a decision's policy, nil for other calls
 	state    atomic.Int32
-	inMany   bool          // rides in a decide_many.lua call of its round trip
+	inMany   bool          // rides in a batch call of its round trip
 	done     chan struct{} // receives once the reply is in
 	reply    any
 	err      error
@@ -120,8 +120,9 @@ type batcher struct {
 	// goroutine, bounded by its own context; only for clients that honour
 	// context deadlines.
 	inline bool
-	// many sends a round trip's decisions as one call of decide_many.lua;
-	// only for a client whose commands all go to one server.
+	// many sends a round trip's decisions as one batch call per shape
+	// (collectDecisions); only for a client whose commands all go to one
+	// server.
 	many bool
 
 	mu      sync.Mutex
@@ -155,8 +156,8 @@ func newBatcher(c Client, maxBatch int, inline bool) (scriptRunner, error) {
 // run sends one script call with the next round trip and waits for its
 // reply or for ctx to end. With nothing in flight it runs the call at once.
 //
-// policy is the decision's policy for a call of decide.lua, which a
-// decide_many.lua call may carry, and nil for any other call.
+// policy is the decision's policy for a call of a lone decision script,
+// which a batch call may carry, and nil for any other call.
 func (bt *batcher) run(ctx context.Context, script *goredis.Script, readOnly bool, keys []string, args []any, policy *driver.Policy) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -273,9 +274,8 @@ func (bt *batcher) send() {
 	}
 }
 
-// roundTrip sends batch as one pipeline, its decisions as one call of
-// decide_many.lua when the batcher has many set, and hands each call its
-// reply.
+// roundTrip sends batch as one pipeline, its decisions as one batch call
+// per shape when the batcher has many set, and hands each call its reply.
 func (bt *batcher) roundTrip(batch []*pending) {
 	ctx, cancel := batchContext(batch)
 	defer cancel()
@@ -346,49 +346,67 @@ func batchContext(batch []*pending) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(context.Background(), latest)
 }
 
-// manyCall is the decide_many.lua call that carries a round trip's
-// decisions.
+// manyCall is the batch call (decide_many.lua, or a shape's batch script)
+// that carries a round trip's decisions of one shape.
 type manyCall struct {
-	cmd   *goredis.Cmd
-	calls []*pending // the decisions, in the order of the script's reply
-	keys  []string
-	args  []any
+	script *goredis.Script
+	cmd    *goredis.Cmd
+	calls  []*pending // the decisions, in the order of the script's reply
+	keys   []string
+	args   []any
 }
 
-// isDecision reports whether p is a call of decide.lua, which a
-// decide_many.lua call can carry.
+// isDecision reports whether p is a call of a lone decision script
+// (decide.lua, or a shape's), which a batch call can carry.
 func isDecision(p *pending) bool {
-	return p.script == decideScript && !p.readOnly && p.policy != nil
+	return p.policy != nil && !p.readOnly && manyFor(p.script) != nil
 }
 
-// collectDecisions queues, on pipe, the decide_many.lua call that carries
-// the decisions of batch, when the batcher's client is one server and the
-// batch holds at least two, and marks those decisions inMany; the other
-// calls of the batch go on their own. It returns the call it queued, if
-// any.
+// collectDecisions queues, on pipe, one batch call per decision script
+// that at least two decisions of batch use, when the batcher's client is
+// one server, and marks those decisions inMany; the other calls of the
+// batch go on their own. It returns the calls it queued.
 func (bt *batcher) collectDecisions(ctx context.Context, pipe goredis.Pipeliner, batch []*pending) []manyCall {
 	if !bt.many {
 		return nil
 	}
-	var calls []*pending
+	// A round trip's decisions mostly share one or two shapes: a short list
+	// of scripts is all the grouping needs.
+	var scripts []*goredis.Script
+	var counts []int
 	for _, p := range batch {
-		if isDecision(p) {
-			calls = append(calls, p)
+		if !isDecision(p) {
+			continue
+		}
+		if k := slices.Index(scripts, p.script); k >= 0 {
+			counts[k]++
+		} else {
+			scripts, counts = append(scripts, p.script), append(counts, 1)
 		}
 	}
-	if len(calls) < 2 {
-		return nil
+	var many []manyCall
+	for k, lone := range scripts {
+		if counts[k] < 2 {
+			continue
+		}
+		calls := make([]*pending, 0, counts[k])
+		for _, p := range batch {
+			if p.script == lone && isDecision(p) {
+				p.inMany = true
+				calls = append(calls, p)
+			}
+		}
+		m := newManyCall(calls)
+		m.script = manyFor(lone)
+		m.cmd = pipe.EvalSha(ctx, m.script.Hash(), m.keys, m.args...)
+		many = append(many, m)
 	}
-	for _, p := range calls {
-		p.inMany = true
-	}
-	m := newManyCall(calls)
-	m.cmd = pipe.EvalSha(ctx, decideManyScript.Hash(), m.keys, m.args...)
-	return []manyCall{m}
+	return many
 }
 
-// newManyCall lays out the keys and arguments of one decide_many.lua call
-// for calls, decide.lua calls whose arguments are scriptArgs': the grace,
+// newManyCall lays out the keys and arguments of one batch call (the
+// layout of decide_many.lua) for calls, lone decision calls whose
+// arguments are scriptArgs': the grace,
 // each distinct policy once (its number of limits and their values), then
 // the number of decisions and, for each, its policy's index, now in ms and
 // µs, its cost and its key. The first decision's key is the one declared
@@ -425,29 +443,49 @@ func newManyCall(calls []*pending) manyCall {
 func (bt *batcher) answerDecisions(ctx context.Context, m manyCall) {
 	reply, err := m.cmd.Result()
 	if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
-		reply, err = decideManyScript.Run(ctx, bt.client, m.keys, m.args...).Result()
+		reply, err = m.script.Run(ctx, bt.client, m.keys, m.args...).Result()
 	}
 	m.deliver(reply, err)
 }
 
-// deliver gives each decision of m its element of reply and wakes its
-// caller. An element that is an error (a foreign value under that
-// decision's keys) fails that decision alone; an error of the whole call
-// fails every decision of it.
+// deliver gives each decision of m its part of reply and wakes its caller.
+// The reply is flat: each decision's elements (as many as a reply of its
+// policy holds, replyLen) one after the other, or an error alone for a
+// decision that failed (a foreign value under its key, a key the node does
+// not serve), which fails that decision only. An error of the whole call,
+// or a reply of another length, fails every decision of it.
 func (m *manyCall) deliver(reply any, err error) {
 	items, ok := reply.([]any)
-	if err == nil && (!ok || len(items) != len(m.calls)) {
-		err = fmt.Errorf("%w: decide_many.lua answered %T for %d decisions", ErrUnexpectedReply, reply, len(m.calls))
+	if err == nil {
+		// the layout is checked whole before any caller is answered
+		pos := 0
+		for _, p := range m.calls {
+			if !ok || pos >= len(items) {
+				break
+			}
+			if _, isErr := items[pos].(error); isErr {
+				pos++
+			} else {
+				pos += replyLen(p.policy)
+			}
+		}
+		if !ok || pos != len(items) {
+			err = fmt.Errorf("%w: a batch call answered %T of %d elements for %d decisions", ErrUnexpectedReply, reply, len(items), len(m.calls))
+		}
 	}
-	for i, p := range m.calls {
+	pos := 0
+	for _, p := range m.calls {
 		switch {
 		case err != nil:
 			p.reply, p.err = nil, err
 		default:
-			if e, isErr := items[i].(error); isErr {
+			if e, isErr := items[pos].(error); isErr {
 				p.reply, p.err = nil, e
+				pos++
 			} else {
-				p.reply, p.err = items[i], nil
+				k := replyLen(p.policy)
+				p.reply, p.err = items[pos:pos+k:pos+k], nil
+				pos += k
 			}
 		}
 		p.done <- struct{}{}

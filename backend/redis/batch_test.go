@@ -54,7 +54,7 @@ func (h *pipelineSizes) ProcessPipelineHook(next goredis.ProcessPipelineHook) go
 // five values for each.
 func decisionsIn(cmd goredis.Cmder) (n int, many bool) {
 	args := cmd.Args()
-	if len(args) < 4 || cmd.Name() != "evalsha" || args[1] != redisbackend.DecideManyHash {
+	if len(args) < 4 || cmd.Name() != "evalsha" || !redisbackend.IsBatchHash(fmt.Sprint(args[1])) {
 		return 1, false
 	}
 	for c := 1; len(args)-5*c-1 > 3; c++ {
@@ -154,11 +154,16 @@ func TestBatchFailsOnlyItsFailingDecisions(t *testing.T) {
 	assert.ErrorIs(t, errs["foreign"], redisbackend.ErrForeignValue)
 	assert.ErrorIs(t, errs["hurried"], context.DeadlineExceeded)
 	assert.EqualValues(t, n, normal.Load(), "every other decision of the batch is decided normally: %v", errs)
-	largest := 0
-	for _, s := range sizes.get() {
-		largest = max(largest, s)
+	// The decisions queued while the server was paused went out in a few
+	// round trips, not one each: two senders (two round trips in flight)
+	// may share them, so more than one pipeline may carry them.
+	sent := sizes.get()
+	t.Logf("pipelines sent: %v", sent)
+	assert.LessOrEqual(t, len(sent), 4, "the queued decisions went out together")
+	total := 0
+	for _, k := range sent {
+		total += k
 	}
-	t.Logf("pipelines sent: %v", sizes.get())
-	assert.GreaterOrEqual(t, largest, n, "the queued decisions went out together")
+	assert.GreaterOrEqual(t, total, n, "the decisions went out in pipelines")
 	assert.Positive(t, sizes.manyCalls(), "a standalone client's batch of decisions is one call of decide_many.lua")
 }

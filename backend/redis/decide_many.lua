@@ -7,7 +7,7 @@
 -- and compares every reply and every stored state.
 --
 -- A request whose key holds a foreign value (another type, or a field that
--- is not an integer) fails alone: its element of the reply is the error
+-- is not an integer) fails alone: its part of the reply is the error
 -- decide.lua would return, and the requests after it are still decided.
 -- Each request reads all its states before its first write, as in
 -- decide.lua; the shebang makes Redis refuse the whole call up front when
@@ -29,13 +29,14 @@
 --       decide.lua); the number of requests, then for each the index of its
 --       policy (1 to P), now_ms, now_us, its cost and its key
 -- KEYS  the first request's key alone
--- reply one element per request: decide.lua's reply, or its error
+-- reply flat: for each request, the elements of decide.lua's reply, or
+--       its error alone
 --
 -- A batch's decisions mostly share a few policies: each is parsed once, and
 -- a request carries four numbers and its key. Each policy has one request
 -- table, filled again for each of its requests (read_states reuses its
--- states, write_states its list of fields), so a decision makes no table
--- but the HMGET's reply and its own.
+-- states, write_states its list of fields), and the reply is one flat
+-- array, so a decision makes no table but the HMGET's reply.
 
 local grace_ms = tonumber(ARGV[1])
 local policies = {}
@@ -45,17 +46,24 @@ for i = 1, tonumber(ARGV[2]) do
   policies[i] = new_request(nil, 0, 0, 0, grace_ms, read_limits(a - 4, n))
   a = a + 1 + 6 * n
 end
-local out = {}
+local out, m = {}, 0
 local count = tonumber(ARGV[a + 1])
 a = a + 1
-for j = 1, count do
+for _ = 1, count do
   local req = policies[ARGV[a + 1] + 0]
   req.key, req.now_ms, req.now_us, req.cost = ARGV[a + 5], ARGV[a + 2] + 0, ARGV[a + 3] + 0, ARGV[a + 4] + 0
   local _, err = read_states(req)
+  m = m + 1
   if err ~= nil then
-    out[j] = redis.error_reply(err)
+    out[m] = redis.error_reply(err)
   else
-    out[j] = decide_request(req)
+    -- decide_request, its reply laid into out
+    local allowed, next = decide(req.limits, req.now_ms, req.now_us, req.cost, req.states)
+    if allowed and req.cost > 0 then
+      write_states(req, next, nil)
+    end
+    out[m] = allowed and 1 or 0
+    m = append_states(out, m, req.limits, next)
   end
   a = a + 5
 end

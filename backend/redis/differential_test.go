@@ -213,13 +213,30 @@ func nextNow(rng *rand.Rand, p *driver.Policy, now time.Time) time.Time {
 }
 
 // decide_many.lua decides a batch exactly as decide.lua decides its
-// requests one after the other. Random batches (up to 24 requests, several
-// for one identifier, up to three policies of every algorithm, clocks that
-// differ from request to request, a key holding a foreign value in some
-// rounds) go through decide_many.lua under one prefix, and one by one
-// through decide.lua under another; every outcome, every error and every
-// stored state must match.
+// requests one after the other, and so do the scripts written for each
+// policy shape (decide_shape.lua.tmpl) that the backend sends by default.
+// Random batches (up to 24 requests, several for one identifier, up to
+// three policies of every algorithm, clocks that differ from request to
+// request, a key holding a foreign value in some rounds) go through a
+// batch script under one prefix, and one by one through a lone script
+// under another; every outcome, every error and every stored state must
+// match. Each side runs once generic and once shaped:
+//
+//	generic-batch  decide_many.lua against the shapes' lone scripts
+//	shaped-batch   the shapes' batch scripts against decide.lua
 func TestDecideManyMirrorsDecide(t *testing.T) {
+	t.Run("generic-batch", func(t *testing.T) {
+		testDecideManyMirrorsDecide(t, (*redisbackend.Backend).DecideMany, (*redisbackend.Backend).Decide)
+	})
+	t.Run("shaped-batch", func(t *testing.T) {
+		testDecideManyMirrorsDecide(t, (*redisbackend.Backend).DecideManyShaped, (*redisbackend.Backend).DecideGeneric)
+	})
+}
+
+func testDecideManyMirrorsDecide(t *testing.T,
+	decideMany func(*redisbackend.Backend, context.Context, []driver.Request) ([]driver.Outcome, []error, error),
+	decide func(*redisbackend.Backend, context.Context, driver.Request) (driver.Outcome, error),
+) {
 	ctx := context.Background()
 	c := newClient(t, standalone(t).primary.Addr())
 	many := mustBackend(t, c, redisbackend.WithPrefix(newPrefix()))
@@ -251,12 +268,12 @@ func TestDecideManyMirrorsDecide(t *testing.T) {
 					now = nextNow(rng, p, now)
 				}
 			}
-			outs, errs, err := many.DecideMany(ctx, reqs)
+			outs, errs, err := decideMany(many, ctx, reqs)
 			require.NoError(t, err)
 			require.Len(t, outs, len(reqs))
 			batches++
 			for i, req := range reqs {
-				want, wantErr := one.Decide(ctx, req)
+				want, wantErr := decide(one, ctx, req)
 				if wantErr != nil {
 					require.ErrorIs(t, wantErr, redisbackend.ErrForeignValue)
 					require.ErrorIs(t, errs[i], redisbackend.ErrForeignValue, "request %d of %d", i, len(reqs))

@@ -194,7 +194,21 @@
 // driver.Refund, driver.Take and driver.Seed line for line, as the helpers in common.lua mirror the functions they
 // call, with the same names and order and comments naming each Go function;
 // a test runs both on the same random sequences and requires identical
-// states and verdicts. Every read and
+// states and verdicts.
+//
+// A decision, though, runs a script written for its policy's shape, the
+// algorithms of its limits in order: decide_shape.lua.tmpl, rendered once
+// per shape the program decides under (up to 64 shapes of up to 6 limits;
+// past that, decide.lua itself), as a lone script and a batch script. It
+// decides exactly as decide.lua and decide_many.lua do, with the same
+// arguments, keys, writes, replies and errors, but without their generic
+// machinery: no loop over limits, no table per limit or request, no
+// function per step, each limit's constants in locals. That is about 0.7×
+// the Redis time of a decision, lone or batched, one limit or three
+// (BenchmarkScriptCost; bench/BENCHMARKS.md has the figures beside the
+// peers'). TestScriptsMirrorGo compares the shape scripts with driver.Decide
+// and TestDecideManyMirrorsDecide with the generic scripts, on random
+// requests of every algorithm. Every read and
 // check comes before the first write, and the scripts carry a shebang, so
 // Redis refuses them up front when out of memory: a decision is all or
 // nothing. Lua numbers are doubles, exact below 2^53: driver.MaxQuota
@@ -346,19 +360,20 @@
 // a failing call (a foreign value, a missed deadline) fails alone.
 //
 // On a standalone client (one server, Sentinel, or a group of package
-// redisgroups) the decisions of a round trip go as one call of
-// decide_many.lua, which decides them one after the other exactly as
-// decide.lua would (TestDecideManyMirrorsDecide), so Redis pays its
-// per-call cost once per round trip. Up to two round trips are in flight
+// redisgroups) the decisions of a round trip go as one batch call per
+// policy shape (see Scripts; decide_many.lua is the generic one), which
+// decides them one after the other exactly as the lone script would
+// (TestDecideManyMirrorsDecide) and answers in one flat array, so Redis
+// pays its per-call cost once per round trip. Up to two round trips are in flight
 // per server, each on a connection of the pool, so that the server runs
 // one while the other's reply and the next request travel.
 //
 // On a Cluster each primary has a batcher of its own, fed by the client's
 // slot map: a round trip carries the decisions of every slot that node
-// serves, as one call of decide_many.lua, and waits on no other node, so a
+// serves, as one batch call per shape, and waits on no other node, so a
 // node that dies or hangs delays only its own slots' decisions
 // (TestClusterKillDegradesOnlyTheDeadNode: 0 degraded decisions on the
-// live primaries over ten kills). decide_many.lua is declared with
+// live primaries over ten kills). The batch scripts are declared with
 // allow-cross-slot-keys, which lets a script touch keys of several slots
 // of its node if they are not declared: it declares its first key, for
 // routing, and reads the others from its arguments. Redis still checks

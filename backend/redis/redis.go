@@ -625,7 +625,7 @@ func (b *Backend) runScript(ctx context.Context, c conn, script *goredis.Script,
 	keys := []string{b.Key(req.Policy, req.Identifier)}
 	var policy *driver.Policy
 	if script == decideScript {
-		policy = req.Policy
+		script, policy = decideScriptFor(req.Policy), req.Policy
 	}
 	reply, err := b.eval(ctx, c, script, readOnly, keys, b.scriptArgs(req), policy)
 	if err != nil {

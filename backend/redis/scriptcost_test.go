@@ -66,7 +66,7 @@ func BenchmarkScriptCost(b *testing.B) {
 					}
 					for len(reqs) > 0 {
 						n := min(len(reqs), costBatch)
-						_, errs, err := be.DecideMany(ctx, reqs[:n])
+						_, errs, err := be.DecideManyShaped(ctx, reqs[:n])
 						if err != nil {
 							return err
 						}
@@ -263,14 +263,20 @@ local v = redis.call('INCR', k)
 if v == 1 then redis.call('PEXPIRE', k, 60000) end
 return {v, redis.call('PTTL', k)}`
 	for _, many := range []bool{true, false} {
-		for _, pc := range policies {
-			kind := "lone"
-			if many {
-				kind = "batched"
+		for _, generic := range []bool{false, true} {
+			for _, pc := range policies {
+				kind := "lone-"
+				if many {
+					kind = "batched-"
+				}
+				if generic {
+					pc.name += "-generic"
+				}
+				b.Run(kind+pc.name, func(b *testing.B) {
+					p := testkit.Compiled(b, "body-"+pc.name, pc.spec)
+					scriptBody(b, redisbackend.ScriptBody(many, generic, p), many, p)
+				})
 			}
-			b.Run(kind+"-"+pc.name, func(b *testing.B) {
-				scriptBody(b, redisbackend.ScriptBody(many), many, testkit.Compiled(b, "body-"+pc.name, pc.spec))
-			})
 		}
 	}
 	b.Run("reference", func(b *testing.B) {
@@ -311,9 +317,9 @@ for b = 0, 99 do
     m = m + 5
   end
   local out = run()
-  if type(out) ~= 'table' or #out ~= 100 then return 'batch ' .. b .. ': ' .. tostring(out.err or out) end
-  for r = 1, 100 do
-    if out[r].err then return 'batch ' .. b .. ': ' .. out[r].err end
+  if type(out) ~= 'table' or #out < 200 then return 'batch ' .. b .. ': ' .. tostring(out.err or out) end
+  for r = 1, #out do
+    if type(out[r]) == 'table' then return 'batch ' .. b .. ': ' .. tostring(out[r].err) end
   end
 end
 return 'ok'`
@@ -321,7 +327,7 @@ return 'ok'`
 // emptyLone and emptyMany are bodies that do nothing but answer.
 const (
 	emptyLone = `return {}`
-	emptyMany = `local out = {} for i = 1, 100 do out[i] = {} end return out`
+	emptyMany = `local out = {} for i = 1, 200 do out[i] = 0 end return out`
 )
 
 func scriptBody(b *testing.B, body string, many bool, p *driver.Policy) {
