@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -36,6 +37,10 @@ type clusterBatcher struct {
 
 	mu    sync.Mutex
 	nodes map[*goredis.Client]*batcher
+
+	// resent counts the calls sent again through the Cluster client after
+	// their node turned them away (redirected).
+	resent atomic.Int64
 }
 
 // run implements scriptRunner.
@@ -55,6 +60,7 @@ func (cb *clusterBatcher) run(ctx context.Context, script *goredis.Script, readO
 	case err == nil:
 		return reply, nil
 	case redirected(err):
+		cb.resent.Add(1)
 		cc.ReloadState(ctx)
 		if ctx.Err() != nil {
 			return nil, withContextError(ctx, err)

@@ -117,3 +117,13 @@ func ScriptBody(many, generic bool, p *driver.Policy) string {
 
 // ScriptArgs is the ARGV of decide.lua for req.
 func (b *Backend) ScriptArgs(req driver.Request) []any { return b.scriptArgs(req) }
+
+// ClusterResent is the number of calls the Cluster batcher of b's main
+// client sent again after their node turned them away (a redirect, a key
+// the node does not serve), or -1 when the client is not batched per node.
+func (b *Backend) ClusterResent() int64 {
+	if cb, ok := b.client.batch.(*clusterBatcher); ok {
+		return cb.resent.Load()
+	}
+	return -1
+}

@@ -50,7 +50,10 @@ func harnessMaker(newClient func(tb testing.TB) func() (redisbackend.Client, fun
 // TestConformance runs the suite on every way to reach Redis: the default
 // options (batching on) through a plain and a cluster client, which the
 // backend cuts short itself; the auto-pipeliner (unbatched); batching with
-// deadline-honouring clients and breakers; and one call per round trip.
+// deadline-honouring clients and breakers; and one call per round trip, on
+// one server and on the Cluster. (Sentinel and groups run it in
+// TestSentinelFailoverClient and groups' TestConformance, batched and
+// not.)
 func TestConformance(t *testing.T) {
 	t.Run("unbatched", func(t *testing.T) {
 		conformance.Run(t, harnessMaker(func(tb testing.TB) func() (redisbackend.Client, func() error) {
@@ -78,6 +81,15 @@ func TestConformance(t *testing.T) {
 				return c, c.Close
 			}
 		}))
+	})
+	t.Run("cluster-unbatched", func(t *testing.T) {
+		conformance.Run(t, harnessMaker(func(tb testing.TB) func() (redisbackend.Client, func() error) {
+			addrs := cluster(tb).Addrs()
+			return func() (redisbackend.Client, func() error) {
+				c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+				return c, c.Close
+			}
+		}, redisbackend.WithoutBatching()))
 	})
 	t.Run("autopipeline", func(t *testing.T) {
 		conformance.Run(t, harnessMaker(func(tb testing.TB) func() (redisbackend.Client, func() error) {

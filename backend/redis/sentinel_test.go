@@ -73,10 +73,11 @@ func newSentinelPrefix() string {
 type sentinelHarness struct {
 	client redisbackend.Client
 	prefix string
+	opts   []redisbackend.Option // besides the prefix
 }
 
 func (h *sentinelHarness) MakeBackend(context.Context) (driver.Backend, error) {
-	return redisbackend.New(h.client, redisbackend.WithPrefix(h.prefix))
+	return redisbackend.New(h.client, append([]redisbackend.Option{redisbackend.WithPrefix(h.prefix)}, h.opts...)...)
 }
 
 // Close leaves the client open: the test that made it owns it.
@@ -90,9 +91,12 @@ func TestSentinelFailoverClient(t *testing.T) {
 	t.Run("conformance", func(t *testing.T) {
 		t.Parallel()
 		client := newSentinelFailoverClient(t, startSentinelSetup(t))
-		conformance.Run(t, func(context.Context, testing.TB) (conformance.Harness, error) {
-			return &sentinelHarness{client: client, prefix: newSentinelPrefix()}, nil
-		})
+		// batching on (the default), then one call per round trip
+		for _, opts := range [][]redisbackend.Option{nil, {redisbackend.WithoutBatching()}} {
+			conformance.Run(t, func(context.Context, testing.TB) (conformance.Harness, error) {
+				return &sentinelHarness{client: client, prefix: newSentinelPrefix(), opts: opts}, nil
+			})
+		}
 	})
 	t.Run("failover", func(t *testing.T) {
 		t.Parallel()

@@ -27,7 +27,8 @@ import (
 
 // TestConformance runs the conformance suite through the sharded backend
 // over the three real shards: decisions on the primaries, peeks on the
-// replicas.
+// replicas, with the default options (batching on) and with
+// WithoutBatching.
 //
 // Replication is asynchronous: a replica may answer a peek before it has
 // applied the decision just made on its primary, and the suite checks that
@@ -38,9 +39,19 @@ import (
 // what a lagging replica's stale windows become.
 func TestConformance(t *testing.T) {
 	ts := servers(t)
-	conformance.Run(t, func(ctx context.Context, tb testing.TB) (conformance.Harness, error) {
-		return &harness{ts: ts, prefix: newPrefix()}, nil
-	})
+	for _, variant := range []struct {
+		name string
+		opts []redisbackend.Option
+	}{
+		{"batched", nil},
+		{"unbatched", []redisbackend.Option{redisbackend.WithoutBatching()}},
+	} {
+		t.Run(variant.name, func(t *testing.T) {
+			conformance.Run(t, func(ctx context.Context, tb testing.TB) (conformance.Harness, error) {
+				return &harness{ts: ts, prefix: newPrefix(), opts: variant.opts}, nil
+			})
+		})
+	}
 }
 
 // BenchmarkConformance measures the sharded backend over the three real
@@ -80,16 +91,17 @@ func (h *openedHarness) Close() {
 type harness struct {
 	ts     *testShards
 	prefix string
+	opts   []redisbackend.Option // besides the prefix
 }
 
 func (h *harness) MakeBackend(ctx context.Context) (driver.Backend, error) {
 	shards := make([]shardedbackend.Shard, len(shardNames))
 	for i, name := range shardNames {
-		primary, err := redisbackend.New(h.ts.primaryClients[i], redisbackend.WithPrefix(h.prefix))
+		primary, err := redisbackend.New(h.ts.primaryClients[i], append([]redisbackend.Option{redisbackend.WithPrefix(h.prefix)}, h.opts...)...)
 		if err != nil {
 			return nil, err
 		}
-		replica, err := redisbackend.New(h.ts.replicaClients[i], redisbackend.WithPrefix(h.prefix))
+		replica, err := redisbackend.New(h.ts.replicaClients[i], append([]redisbackend.Option{redisbackend.WithPrefix(h.prefix)}, h.opts...)...)
 		if err != nil {
 			return nil, err
 		}
