@@ -396,7 +396,7 @@ func (bt *batcher) collectDecisions(ctx context.Context, pipe goredis.Pipeliner,
 				calls = append(calls, p)
 			}
 		}
-		m := newManyCall(calls)
+		m := newManyCall(calls, lone != decideScript)
 		m.script = manyFor(lone)
 		m.cmd = pipe.EvalSha(ctx, m.script.Hash(), m.keys, m.args...)
 		many = append(many, m)
@@ -404,18 +404,28 @@ func (bt *batcher) collectDecisions(ctx context.Context, pipe goredis.Pipeliner,
 	return many
 }
 
-// newManyCall lays out the keys and arguments of one batch call (the
-// layout of decide_many.lua) for calls, lone decision calls whose
-// arguments are scriptArgs': the grace,
+// newManyCall lays out the keys and arguments of one batch call for
+// calls, lone decision calls whose arguments are scriptArgs': the grace,
 // each distinct policy once (its number of limits and their values), then
 // the number of decisions and, for each, its policy's index, now in ms and
-// µs, its cost and its key. The first decision's key is the one declared
-// key, which routes the call on a Cluster.
-func newManyCall(calls []*pending) manyCall {
+// µs, its cost and its key (decide_many.lua's layout). The first
+// decision's key is the one declared key, which routes the call on a
+// Cluster.
+//
+// With compact set (a shape's batch script), the number of decisions is
+// followed by a form, and each decision carries only what the form says
+// it needs: its policy's index when the call has more than one policy
+// (form bit 1), now in µs when the shape has a GCRA limit, the only
+// algorithm that reads it (bit 2), its cost when some cost is not 1 (bit
+// 4); now in ms and the key always. Most round trips need three values per
+// decision instead of five, which Redis parses and Lua interns for every
+// decision.
+func newManyCall(calls []*pending, compact bool) manyCall {
 	m := manyCall{calls: calls, keys: calls[0].keys[:1]}
 	var policies []*driver.Policy
 	index := make([]int, len(calls))
-	nargs := 3 + 5*len(calls)
+	nargs := 4 + 5*len(calls)
+	form := 0
 	for i, p := range calls {
 		index[i] = slices.Index(policies, p.policy)
 		if index[i] < 0 {
@@ -423,6 +433,15 @@ func newManyCall(calls []*pending) manyCall {
 			policies = append(policies, p.policy)
 			nargs += len(p.args) - 4
 		}
+		if c, ok := p.args[2].(int64); !ok || c != 1 {
+			form |= formCost
+		}
+	}
+	if len(policies) > 1 {
+		form |= formIndex
+	}
+	if slices.ContainsFunc(policies[0].Limits, func(l driver.Limit) bool { return l.Algorithm == driver.GCRA }) {
+		form |= formMicros
 	}
 	m.args = make([]any, 0, nargs)
 	m.args = append(m.args, calls[0].args[3], len(policies))
@@ -431,11 +450,35 @@ func newManyCall(calls []*pending) manyCall {
 		m.args = append(m.args, first.args[4:]...)
 	}
 	m.args = append(m.args, len(calls))
+	if !compact {
+		for i, p := range calls {
+			m.args = append(m.args, index[i]+1, p.args[0], p.args[1], p.args[2], p.keys[0])
+		}
+		return m
+	}
+	m.args = append(m.args, form)
 	for i, p := range calls {
-		m.args = append(m.args, index[i]+1, p.args[0], p.args[1], p.args[2], p.keys[0])
+		if form&formIndex != 0 {
+			m.args = append(m.args, index[i]+1)
+		}
+		m.args = append(m.args, p.args[0])
+		if form&formMicros != 0 {
+			m.args = append(m.args, p.args[1])
+		}
+		if form&formCost != 0 {
+			m.args = append(m.args, p.args[2])
+		}
+		m.args = append(m.args, p.keys[0])
 	}
 	return m
 }
+
+// The bits of a compact batch call's form (newManyCall).
+const (
+	formIndex  = 1 // each decision carries its policy's index
+	formMicros = 2 // each decision carries now in µs
+	formCost   = 4 // each decision carries its cost
+)
 
 // answerDecisions hands each decision of m its part of the reply. A
 // server that lost its script cache gets the call again with the whole

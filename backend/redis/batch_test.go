@@ -3,6 +3,7 @@ package redisbackend_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -49,18 +50,31 @@ func (h *pipelineSizes) ProcessPipelineHook(next goredis.ProcessPipelineHook) go
 }
 
 // decisionsIn is the number of script calls cmd stands for: the count of
-// decisions it carries for a call of decide_many.lua (many is then true),
-// else 1. decide_many.lua's ARGV ends with the number of decisions c and
-// five values for each.
+// decisions it carries for a batch call (many is then true), else 1. A
+// batch call's ARGV holds the grace, the number of policies, each policy
+// (its number of limits n, then six values per limit), and then the count
+// of decisions.
 func decisionsIn(cmd goredis.Cmder) (n int, many bool) {
 	args := cmd.Args()
-	if len(args) < 4 || cmd.Name() != "evalsha" || !redisbackend.IsBatchHash(fmt.Sprint(args[1])) {
+	if len(args) < 6 || cmd.Name() != "evalsha" || !redisbackend.IsBatchHash(fmt.Sprint(args[1])) {
 		return 1, false
 	}
-	for c := 1; len(args)-5*c-1 > 3; c++ {
-		if fmt.Sprint(args[len(args)-5*c-1]) == fmt.Sprint(c) {
-			return c, true
+	number := func(i int) int {
+		if i >= len(args) {
+			return -1
 		}
+		v, err := strconv.Atoi(fmt.Sprint(args[i]))
+		if err != nil {
+			return -1
+		}
+		return v
+	}
+	pos := 6 // args[3] the key, args[4] the grace, args[5] the number of policies
+	for range number(5) {
+		pos += 1 + 6*number(pos)
+	}
+	if c := number(pos); c > 0 {
+		return c, true
 	}
 	return 1, false
 }

@@ -73,7 +73,7 @@ func (b *Backend) decideMany(ctx context.Context, reqs []driver.Request, shaped 
 				group = append(group, p)
 			}
 		}
-		m := newManyCall(group)
+		m := newManyCall(group, lone != decideScript)
 		reply, err := manyFor(lone).Run(ctx, b.client.Client, m.keys, m.args...).Result()
 		if err != nil {
 			return nil, nil, err

@@ -274,13 +274,13 @@ return {v, redis.call('PTTL', k)}`
 				}
 				b.Run(kind+pc.name, func(b *testing.B) {
 					p := testkit.Compiled(b, "body-"+pc.name, pc.spec)
-					scriptBody(b, redisbackend.ScriptBody(many, generic, p), many, p)
+					scriptBody(b, redisbackend.ScriptBody(many, generic, p), many, generic, p)
 				})
 			}
 		}
 	}
 	b.Run("reference", func(b *testing.B) {
-		scriptBody(b, reference, false, testkit.Compiled(b, "body-reference", "1000/min"))
+		scriptBody(b, reference, false, false, testkit.Compiled(b, "body-reference", "1000/min"))
 	})
 }
 
@@ -296,25 +296,38 @@ for i = 0, 9999 do
 end
 return 'ok'`
 
-// manyLoop runs a decide_many.lua body 100 times, 100 decisions each. The
-// real ARGV holds decide_many.lua's head (the grace, one policy) and then
-// now in ms and µs.
+// manyLoop runs a batch body 100 times, 100 decisions each. The real ARGV
+// holds the batch's head (the grace, one policy), then now in ms and µs,
+// then the form of a shape's batch script (newManyCall: 0, or 2 for a
+// shape with GCRA), or -1 for decide_many.lua's layout.
 const manyLoop = `local given = ARGV
 local ARGV = {}
 local function run()
 %s
 end
-local head, now_ms, now_us = #given - 2, given[#given - 1], given[#given]
+local head, now_ms, now_us, form = #given - 3, given[#given - 2], given[#given - 1], given[#given]
 for b = 0, 99 do
   for k = 1, head do
     ARGV[k] = given[k]
   end
   local m = head + 1
   ARGV[m] = '100'
+  if form ~= '-1' then
+    m = m + 1
+    ARGV[m] = form
+  end
   for r = 0, 99 do
-    ARGV[m + 1], ARGV[m + 2], ARGV[m + 3], ARGV[m + 4], ARGV[m + 5] =
-      '1', now_ms, now_us, '1', 'body:{user:' .. (b * 100 + r) .. '}'
-    m = m + 5
+    local key = 'body:{user:' .. (b * 100 + r) .. '}'
+    if form == '-1' then
+      ARGV[m + 1], ARGV[m + 2], ARGV[m + 3], ARGV[m + 4], ARGV[m + 5] = '1', now_ms, now_us, '1', key
+      m = m + 5
+    elseif form == '2' then
+      ARGV[m + 1], ARGV[m + 2], ARGV[m + 3] = now_ms, now_us, key
+      m = m + 3
+    else
+      ARGV[m + 1], ARGV[m + 2] = now_ms, key
+      m = m + 2
+    end
   end
   local out = run()
   if type(out) ~= 'table' or #out < 200 then return 'batch ' .. b .. ': ' .. tostring(out.err or out) end
@@ -330,7 +343,7 @@ const (
 	emptyMany = `local out = {} for i = 1, 200 do out[i] = 0 end return out`
 )
 
-func scriptBody(b *testing.B, body string, many bool, p *driver.Policy) {
+func scriptBody(b *testing.B, body string, many, generic bool, p *driver.Policy) {
 	ctx := context.Background()
 	c := newClient(b, benchRedis(b).Addr())
 	if err := c.FlushAll(ctx).Err(); err != nil {
@@ -347,8 +360,15 @@ func scriptBody(b *testing.B, body string, many bool, p *driver.Policy) {
 	now := testkit.T0.Truncate(time.Minute)
 	args := func() []any {
 		args := be.ScriptArgs(driver.Request{Policy: p, Identifier: "x", Cost: 1, Now: now})
-		if many { // decide_many.lua's head: the grace, one policy; then now
-			args = append(append([]any{args[3], 1}, args[4:]...), args[0], args[1])
+		if many { // the batch's head: the grace, one policy; then now, and the form
+			form := -1
+			if !generic {
+				form = 0
+				if p.Limits[0].Algorithm == driver.GCRA {
+					form = 2
+				}
+			}
+			args = append(append([]any{args[3], 1}, args[4:]...), args[0], args[1], form)
 		}
 		now = now.Add(500 * time.Millisecond)
 		return args
