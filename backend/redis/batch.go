@@ -101,7 +101,17 @@ var pendings = sync.Pool{New: func() any { return &pending{done: make(chan struc
 // each on a connection of the client's pool. With one, the server idles
 // while a round trip's reply travels back and the next is written; with
 // two, one is on the wire while the server runs the other.
-const maxInFlight = 2
+//
+// A Cluster's primaries run in parallel, so one round trip in flight per
+// primary (clusterInFlight) already keeps the store busy while the client
+// handles another primary's reply; a second per primary would halve each
+// batch and double the round trips that both sides pay for. Measured on
+// the 2-core machine of bench/BENCHMARKS.md with 3 primaries, interleaved:
+// 173,000-185,000 decisions/s with one, 135,000-159,000 with two.
+const (
+	maxInFlight     = 2
+	clusterInFlight = 1
+)
 
 // scriptRunner runs one script call, batched with others: a batcher, or a
 // clusterBatcher that keeps one batcher per Cluster primary.
@@ -110,7 +120,7 @@ type scriptRunner interface {
 }
 
 // batcher queues the script calls of one client and sends them in rounds
-// from up to maxInFlight goroutines, which run while there is work and
+// from up to inFlight goroutines, which run while there is work and
 // exit when the queue is empty.
 type batcher struct {
 	client Client
@@ -124,6 +134,10 @@ type batcher struct {
 	// (collectDecisions); only for a client whose commands all go to one
 	// server.
 	many bool
+
+	// inFlight is the most round trips in flight at once: maxInFlight, or
+	// clusterInFlight for a Cluster primary's batcher.
+	inFlight int
 
 	mu      sync.Mutex
 	queue   []*pending
@@ -150,7 +164,7 @@ func newBatcher(c Client, maxBatch int, inline bool) (scriptRunner, error) {
 		return nil, fmt.Errorf("%w: WithBatching needs a client with a Pipeline method, not %T", driver.ErrInvalidOption, c)
 	}
 	_, standalone := c.(*goredis.Client)
-	return &batcher{client: c, pipe: p, max: maxBatch, inline: inline, many: standalone}, nil
+	return &batcher{client: c, pipe: p, max: maxBatch, inline: inline, many: standalone, inFlight: maxInFlight}, nil
 }
 
 // run sends one script call with the next round trip and waits for its
@@ -190,7 +204,7 @@ func (bt *batcher) run(ctx context.Context, script *goredis.Script, readOnly boo
 	p.ctx, p.script, p.readOnly, p.keys, p.args, p.policy = ctx, script, readOnly, keys, args, policy
 	p.state.Store(callQueued)
 	bt.queue = append(bt.queue, p)
-	if bt.senders < maxInFlight {
+	if bt.senders < bt.inFlight {
 		bt.senders++
 		go bt.send()
 	}
@@ -240,7 +254,7 @@ func (p *pending) release() {
 	pendings.Put(p)
 }
 
-// send runs round trips until the queue is empty. Up to maxInFlight of it
+// send runs round trips until the queue is empty. Up to bt.inFlight of it
 // run at once, each taking the calls queued when it looks.
 func (bt *batcher) send() {
 	var batch []*pending

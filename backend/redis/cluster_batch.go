@@ -92,7 +92,7 @@ func (cb *clusterBatcher) batcherFor(node *goredis.Client) *batcher {
 	defer cb.mu.Unlock()
 	bt, ok := cb.nodes[node]
 	if !ok {
-		bt = &batcher{client: node, pipe: node, max: cb.max, inline: cb.inline, many: true}
+		bt = &batcher{client: node, pipe: node, max: cb.max, inline: cb.inline, many: true, inFlight: clusterInFlight}
 		cb.nodes[node] = bt
 	}
 	return bt
