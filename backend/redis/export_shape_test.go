@@ -1,0 +1,14 @@
+package redisbackend
+
+import "github.com/throttlekit/throttlekit/throttler/driver"
+
+// ShapesLen is the number of shapes with scripts of their own.
+func ShapesLen() int {
+	if m := shapes.Load(); m != nil {
+		return len(*m)
+	}
+	return 0
+}
+
+// IsShaped reports whether p decides with a script of its shape.
+func IsShaped(p *driver.Policy) bool { return decideScriptFor(p) != decideScript }
