@@ -1,7 +1,8 @@
 // Command bench compares throttlekit with the rate limiters its users would
 // otherwise pick, cell by cell, against the same real servers in one run,
 // and prints BENCHMARKS.md: the goals of issue 21 with their figures, one
-// table of every cell and one of Redis memory per identifier.
+// table of every cell, one per path on several servers with each node's
+// figures, and one of Redis memory per identifier.
 //
 // It starts its own redis-server (standalone, three more for the sharded
 // layout, a 3-primary Cluster) and memcached on loopback ports with the

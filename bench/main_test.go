@@ -144,3 +144,71 @@ func TestThousands(t *testing.T) {
 		}
 	}
 }
+
+// The per-node section: one table per path on several servers, each node's
+// figures over all of the cell's decisions and its share of the cell's
+// server CPU; no table for a single server or a skipped cell. Apart from
+// the section, the report is what it is without per-node figures.
+func TestWritePerNode(t *testing.T) {
+	us := time.Microsecond
+	withNodes := []result{
+		{path: pathFixed, impl: implDefault, rate: 100_000, serverCPU: 9 * us, redisMicros: 3,
+			nodes: []nodeResult{{serverCPU: 9 * us, redisMicros: 3}}},
+		{path: pathCluster, impl: implDefault, rate: 90_000, serverCPU: 12 * us, redisMicros: 6,
+			nodes: []nodeResult{{3 * us, 1.5}, {4 * us, 2}, {5 * us, 2.5}}},
+		{path: pathCluster, impl: implNoBatch, err: "refused"},
+		{path: pathCluster, impl: implUlule, peer: true, rate: 50_000, serverCPU: 6 * us, redisMicros: 3,
+			nodes: []nodeResult{{2 * us, 1}, {2 * us, 1}, {2 * us, 1}}},
+		{path: pathSharded, impl: implDefault, rate: 80_000, serverCPU: 10 * us, redisMicros: 5,
+			nodes: []nodeResult{{10 * us, 5}, {0, 0}, {0, 0}}},
+	}
+	rep := &report{cfg: defaultConfig(), env: &env{}, commit: "abc", results: withNodes}
+	var b strings.Builder
+	rep.write(&b, "")
+	got := b.String()
+
+	section, rest, ok := strings.Cut(got, "\n## Per node\n")
+	if !ok {
+		t.Fatalf("no per-node section:\n%s", got)
+	}
+	if !strings.Contains(section, "| "+pathCluster+" | "+implDefault+" | 90000 |") || strings.Contains(section, "###") {
+		t.Errorf("the section does not follow the table of every cell:\n%s", got)
+	}
+	rest, _, _ = strings.Cut(rest, "\nVersions: ")
+	for _, want := range []string{
+		"divided by all of the cell's decisions",
+		"how evenly the identifiers spread",
+		"### " + pathCluster + "\n\n" +
+			"| implementation | primary 1 server CPU/decision | primary 1 Redis µs/decision | primary 1 share of server CPU |" +
+			" primary 2 server CPU/decision | primary 2 Redis µs/decision | primary 2 share of server CPU |" +
+			" primary 3 server CPU/decision | primary 3 Redis µs/decision | primary 3 share of server CPU |\n" +
+			"|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n" +
+			"| " + implDefault + " | 3µs | 1.5 | 25.0 % | 4µs | 2.0 | 33.3 % | 5µs | 2.5 | 41.7 % |\n" +
+			"| " + implUlule + " | 2µs | 1.0 | 33.3 % | 2µs | 1.0 | 33.3 % | 2µs | 1.0 | 33.3 % |\n",
+		"### " + pathSharded + "\n\n| implementation | group g0 server CPU/decision |",
+		"| " + implDefault + " | 10µs | 5.0 | 100.0 % | – | – | 0.0 % | – | – | 0.0 % |\n",
+	} {
+		if !strings.Contains(rest, want) {
+			t.Errorf("the per-node section lacks\n%s\nin\n%s", want, rest)
+		}
+	}
+	if strings.Contains(rest, implNoBatch) || strings.Contains(rest, pathFixed) {
+		t.Errorf("a skipped cell or a single server has a per-node row:\n%s", rest)
+	}
+
+	// Without per-node figures the section is absent, and the rest is the
+	// same bytes.
+	without := make([]result, len(withNodes))
+	for i, r := range withNodes {
+		r.nodes = nil
+		without[i] = r
+	}
+	rep.results = without
+	var plain strings.Builder
+	rep.write(&plain, "")
+	start := strings.Index(got, "\n## Per node\n")
+	end := start + 1 + strings.Index(got[start+1:], "\nVersions: ")
+	if cut := got[:start] + got[end:]; cut != plain.String() {
+		t.Errorf("the report around the section changed:\nwith the section removed:\n%s\nwithout per-node figures:\n%s", cut, plain.String())
+	}
+}

@@ -268,6 +268,7 @@ func (rep *report) write(w io.Writer, tail string) {
 			r.path, r.impl, r.rate, ns, round(r.p50), round(r.p99), round(r.clientCPU), dur(r.serverCPU),
 			micros(r.redisMicros), allocs(r.allocs), rep.ratio(r))
 	}
+	rep.writePerNode(w)
 	if len(rep.memory) > 0 {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "## Redis memory per identifier")
@@ -292,6 +293,89 @@ func (rep *report) write(w io.Writer, tail string) {
 		fmt.Fprint(w, handMarker)
 		fmt.Fprint(w, tail)
 	}
+}
+
+// writePerNode writes the section "Per node": for each path whose cells run
+// on more than one Redis server (the Cluster, the sharded groups), one table
+// of each implementation's figures node by node. It writes nothing when no
+// such cell ran, so that the rest of the report reads as it did before the
+// section existed.
+func (rep *report) writePerNode(w io.Writer) {
+	var paths []string
+	nodes := map[string]int{} // the most nodes a row of the path has
+	for _, r := range rep.results {
+		if r.err != "" || len(r.nodes) < 2 {
+			continue
+		}
+		if _, seen := nodes[r.path]; !seen {
+			paths = append(paths, r.path)
+		}
+		nodes[r.path] = max(nodes[r.path], len(r.nodes))
+	}
+	if len(paths) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "## Per node")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "One table per path whose cells run on more than one Redis server, one row per implementation (the median run, as above). "+
+		"Each node's server CPU (INFO cpu) and Redis time (INFO commandstats, counted as in \"Every cell\") are divided by all "+
+		"of the cell's decisions, not by those the node decided, so a row's nodes add up to its figures in \"Every cell\"; "+
+		"a node's share of the cell's server CPU shows how evenly the identifiers spread over the nodes.")
+	for _, path := range paths {
+		names := nodeNames(path, nodes[path])
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "### %s\n\n", path)
+		fmt.Fprint(w, "| implementation |")
+		for _, name := range names {
+			fmt.Fprintf(w, " %s server CPU/decision | %s Redis µs/decision | %s share of server CPU |", name, name, name)
+		}
+		fmt.Fprintln(w)
+		fmt.Fprint(w, "|---|")
+		fmt.Fprint(w, strings.Repeat("---:|", 3*len(names)))
+		fmt.Fprintln(w)
+		for _, r := range rep.results {
+			if r.path != path || r.err != "" || len(r.nodes) < 2 {
+				continue
+			}
+			var total time.Duration
+			for _, n := range r.nodes {
+				total += max(n.serverCPU, 0)
+			}
+			fmt.Fprintf(w, "| %s |", r.impl)
+			for i := range names {
+				if i >= len(r.nodes) {
+					fmt.Fprint(w, " | | |")
+					continue
+				}
+				n := r.nodes[i]
+				share := "–"
+				if total > 0 && n.serverCPU >= 0 {
+					share = fmt.Sprintf("%.1f %%", 100*float64(n.serverCPU)/float64(total))
+				}
+				fmt.Fprintf(w, " %s | %s | %s |", dur(n.serverCPU), micros(n.redisMicros), share)
+			}
+			fmt.Fprintln(w)
+		}
+	}
+}
+
+// nodeNames names the n servers of path's cells, in the order of the cells'
+// servers: the Cluster's nodes are all primaries (it runs without replicas),
+// and the sharded layout's groups are named as its DSN names them.
+func nodeNames(path string, n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		switch path {
+		case pathCluster:
+			names[i] = fmt.Sprintf("primary %d", i+1)
+		case pathSharded:
+			names[i] = fmt.Sprintf("group g%d", i)
+		default:
+			names[i] = fmt.Sprintf("node %d", i+1)
+		}
+	}
+	return names
 }
 
 // ratio is the last column: throttlekit's rate over the best peer's on the

@@ -51,6 +51,17 @@ type result struct {
 	serverCPU   time.Duration
 	redisMicros float64
 	allocs      float64
+	// nodes are the same run's figures per server, aligned with the
+	// cell's servers; set only when the cell has servers.
+	nodes []nodeResult
+}
+
+// nodeResult is one server's share of a run: its CPU and its time in the
+// commands that decide, each over all of the run's decisions, so that a
+// cell's nodes add up to its serverCPU and redisMicros.
+type nodeResult struct {
+	serverCPU   time.Duration
+	redisMicros float64
 }
 
 // nsPerDecision is the run's wall time per decision: the inverse of its
@@ -129,6 +140,13 @@ func runCell(ctx context.Context, cfg config, env *env, c cell) result {
 			// the sum of them, and a batched script call that decides many
 			// is shared by them. The counters were reset before the run.
 			r.redisMicros = after.redisUsec / float64(n)
+			r.nodes = make([]nodeResult, len(c.servers))
+			for i := range r.nodes {
+				r.nodes[i] = nodeResult{
+					serverCPU:   (after.nodes[i].cpu - before.nodes[i].cpu) / time.Duration(n),
+					redisMicros: after.nodes[i].redisUsec / float64(n),
+				}
+			}
 		}
 		runs = append(runs, r)
 	}
@@ -240,10 +258,20 @@ func timingCost(n int) time.Duration {
 type counters struct {
 	cpu       time.Duration // this process, user and system
 	mallocs   uint64
-	serverCPU time.Duration // the cell's Redis servers, user and system
-	redisUsec float64       // the servers' time in the commands that decide, since CONFIG RESETSTAT
+	serverCPU time.Duration  // the cell's Redis servers, user and system
+	redisUsec float64        // the servers' time in the commands that decide, since CONFIG RESETSTAT
+	nodes     []nodeCounters // serverCPU and redisUsec server by server, in the order of the cell's servers
 }
 
+// nodeCounters is one server's part of counters: its CPU time and its time
+// in the commands that decide.
+type nodeCounters struct {
+	cpu       time.Duration
+	redisUsec float64
+}
+
+// snapshot reads this process's counters and those of servers, each server
+// on its own and summed.
 func snapshot(env *env, servers []string) counters {
 	var c counters
 	var ru syscall.Rusage
@@ -253,8 +281,10 @@ func snapshot(env *env, servers []string) counters {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	c.mallocs = ms.Mallocs
-	for _, addr := range servers {
+	c.nodes = make([]nodeCounters, len(servers))
+	for i, addr := range servers {
 		cpu, usec := redisCounters(env, addr)
+		c.nodes[i] = nodeCounters{cpu: cpu, redisUsec: usec}
 		c.serverCPU += cpu
 		c.redisUsec += usec
 	}
