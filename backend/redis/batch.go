@@ -39,8 +39,9 @@ const DefaultMaxBatch = 128
 // own deadline passes first still returns at it, with the context's error;
 // its decision may still apply, as with any timed-out call). What they do
 // not share: each decision is decided on its own, exactly as alone, in the
-// order the calls arrived, and a call whose reply is an error (a foreign
-// value under its key) fails alone.
+// order the calls arrived among the decisions of its policy (decisions of
+// two policies never share a key), and a call whose reply is an error (a
+// foreign value under its key) fails alone.
 //
 // On a standalone client the decisions of a round trip are moreover decided
 // by one script call per policy shape (a shape's batch script, or
@@ -97,8 +98,8 @@ type pending struct {
 
 var pendings = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
 
-// maxInFlight is how many round trips one batcher keeps in flight at once,
-// each on a connection of the client's pool. With one, the server idles
+// maxInFlight is how many round trips the batcher of one server keeps in
+// flight at once, each on a connection of the client's pool. With one, the server idles
 // while a round trip's reply travels back and the next is written; with
 // two, one is on the wire while the server runs the other.
 //
@@ -302,7 +303,7 @@ func (bt *batcher) roundTrip(batch []*pending) {
 	pipe := bt.pipe.Pipeline()
 	cmds := make([]*goredis.Cmd, len(batch))
 	many := bt.collectDecisions(ctx, pipe, batch)
-	// inMany[i]: batch[i] rides in a decide_many.lua call. Read before
+	// inMany[i]: batch[i] rides in a batch call. Read before
 	// any reply is handed out: a caller reuses its pending once answered.
 	inMany := make([]bool, len(batch))
 	for i, p := range batch {
@@ -422,7 +423,8 @@ func (bt *batcher) collectDecisions(ctx context.Context, pipe goredis.Pipeliner,
 // calls, lone decision calls whose arguments are scriptArgs': the grace,
 // each distinct policy once (its number of limits and their values), then
 // the number of decisions and, for each, its policy's index, now in ms and
-// µs, its cost and its key (decide_many.lua's layout). The first
+// µs, its cost and its key (decide_many.lua's layout), the decisions of
+// one policy together. The first
 // decision's key is the one declared key, which routes the call on a
 // Cluster.
 //
@@ -435,7 +437,6 @@ func (bt *batcher) collectDecisions(ctx context.Context, pipe goredis.Pipeliner,
 // decision instead of five, which Redis parses and Lua interns for every
 // decision.
 func newManyCall(calls []*pending, compact bool) manyCall {
-	m := manyCall{calls: calls, keys: calls[0].keys[:1]}
 	var policies []*driver.Policy
 	index := make([]int, len(calls))
 	nargs := 4 + 5*len(calls)
@@ -451,6 +452,23 @@ func newManyCall(calls []*pending, compact bool) manyCall {
 			form |= formCost
 		}
 	}
+	if len(policies) > 1 {
+		// The decisions of one policy go together, in the order they
+		// came: a shape's script loads a policy's constants when the
+		// policy changes from one decision to the next. Decisions of two
+		// policies never share a key, so their order does not matter.
+		order := make([]int, len(calls))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortStableFunc(order, func(a, b int) int { return index[a] - index[b] })
+		sorted, sortedIndex := make([]*pending, len(calls)), make([]int, len(calls))
+		for i, j := range order {
+			sorted[i], sortedIndex[i] = calls[j], index[j]
+		}
+		calls, index = sorted, sortedIndex
+	}
+	m := manyCall{calls: calls, keys: calls[0].keys[:1]}
 	if len(policies) > 1 {
 		form |= formIndex
 	}
@@ -514,10 +532,11 @@ func (bt *batcher) answerDecisions(ctx context.Context, m manyCall) {
 func (m *manyCall) deliver(reply any, err error) {
 	items, ok := reply.([]any)
 	if err == nil {
-		// the layout is checked whole before any caller is answered
-		pos := 0
+		// the layout is checked whole before any caller is answered: a
+		// reply that ends before the last decision's part fails them all
+		pos, short := 0, !ok
 		for _, p := range m.calls {
-			if !ok || pos >= len(items) {
+			if short = short || pos >= len(items); short {
 				break
 			}
 			if _, isErr := items[pos].(error); isErr {
@@ -526,7 +545,7 @@ func (m *manyCall) deliver(reply any, err error) {
 				pos += replyLen(p.policy)
 			}
 		}
-		if !ok || pos != len(items) {
+		if short || pos != len(items) {
 			err = fmt.Errorf("%w: a batch call answered %T of %d elements for %d decisions", ErrUnexpectedReply, reply, len(items), len(m.calls))
 		}
 	}

@@ -19,12 +19,12 @@ import (
 )
 
 // pipelineSizes is a go-redis hook that records the size of every
-// pipeline the client sends, in script calls (a decide_many.lua call counts
+// pipeline the client sends, in script calls (a batch call counts
 // as the decisions it carries).
 type pipelineSizes struct {
 	mu    sync.Mutex
 	sizes []int
-	many  int // calls of decide_many.lua among them
+	many  int // batch calls among them
 }
 
 func (h *pipelineSizes) DialHook(next goredis.DialHook) goredis.DialHook { return next }
@@ -107,7 +107,7 @@ func TestWithBatchingRejectsBadOptions(t *testing.T) {
 // whose key holds a foreign value gets ErrForeignValue, one whose deadline
 // passes while it waits gets context.DeadlineExceeded, and every other
 // decision of the batch is decided normally. The decisions go as one call
-// of decide_many.lua, the script cache was flushed before, so the batch
+// of the policy shape's batch script, the script cache was flushed before, so the batch
 // also meets NOSCRIPT and recovers from it.
 func TestBatchFailsOnlyItsFailingDecisions(t *testing.T) {
 	ctx := context.Background()
@@ -179,5 +179,5 @@ func TestBatchFailsOnlyItsFailingDecisions(t *testing.T) {
 		total += k
 	}
 	assert.GreaterOrEqual(t, total, n, "the decisions went out in pipelines")
-	assert.Positive(t, sizes.manyCalls(), "a standalone client's batch of decisions is one call of decide_many.lua")
+	assert.Positive(t, sizes.manyCalls(), "a standalone client's batch of decisions is one batch call")
 }

@@ -21,8 +21,8 @@ import (
 // or dies delays only the calls of the slots it serves, where a pipeline
 // over the Cluster client would hold every node's replies until the slowest
 // node's part returned or its deadline passed. A round trip's decisions go
-// as one call of decide_many.lua, whatever their slots (the script is
-// declared with allow-cross-slot-keys).
+// as one batch call per policy shape, whatever their slots (the batch
+// scripts are declared with allow-cross-slot-keys).
 //
 // The client's view of the cluster may be behind it (a slot migrated, a
 // replica promoted): a call that the node answers with a redirect, or a
@@ -100,12 +100,12 @@ func (cb *clusterBatcher) batcherFor(node *goredis.Client) *batcher {
 
 // redirected reports the failures of a call sent to a node that does not
 // (or no longer) serve its key: a redirect the node client does not
-// follow, a decision's key the node does not hold (decide_many.lua's
+// follow, a decision's key the node does not hold (a batch script's
 // THROTTLEKIT_ELSEWHERE), or a node client the Cluster client closed.
 func redirected(err error) bool {
 	return migrating(err) || goredis.HasErrorPrefix(err, elsewhereReply) || errors.Is(err, goredis.ErrClosed)
 }
 
-// elsewhereReply starts decide_many.lua's error for a decision whose key
+// elsewhereReply starts a batch script's error for a decision whose key
 // the node it ran on does not serve.
 const elsewhereReply = "THROTTLEKIT_ELSEWHERE"

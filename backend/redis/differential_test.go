@@ -28,6 +28,7 @@ import (
 // capacity, huge refunds, and a clock that jumps forwards, backwards, by
 // microseconds and to before 1970.
 func TestScriptsMirrorGo(t *testing.T) {
+	redisbackend.ResetShapes() // room for this test's shapes
 	ctx := context.Background()
 	c := newClient(t, standalone(t).primary.Addr())
 	b := mustBackend(t, c, redisbackend.WithPrefix(newPrefix()))
@@ -225,6 +226,7 @@ func nextNow(rng *rand.Rand, p *driver.Policy, now time.Time) time.Time {
 //	generic-batch  decide_many.lua against the shapes' lone scripts
 //	shaped-batch   the shapes' batch scripts against decide.lua
 func TestDecideManyMirrorsDecide(t *testing.T) {
+	redisbackend.ResetShapes() // room for this test's shapes
 	t.Run("generic-batch", func(t *testing.T) {
 		testDecideManyMirrorsDecide(t, (*redisbackend.Backend).DecideMany, (*redisbackend.Backend).Decide)
 	})

@@ -200,15 +200,21 @@
 // algorithms of its limits in order: decide_shape.lua.tmpl, rendered once
 // per shape the program decides under (up to 64 shapes of up to 6 limits;
 // past that, decide.lua itself), as a lone script and a batch script. It
-// decides exactly as decide.lua and decide_many.lua do, with the same
-// arguments, keys, writes, replies and errors, but without their generic
-// machinery: no loop over limits, no table per limit or request, no
-// function per step, each limit's constants in locals. That is about 0.7×
-// the Redis time of a decision, lone or batched, one limit or three
-// (BenchmarkScriptCost; bench/BENCHMARKS.md has the figures beside the
-// peers'). TestScriptsMirrorGo compares the shape scripts with driver.Decide
-// and TestDecideManyMirrorsDecide with the generic scripts, on random
-// requests of every algorithm. Every read and
+// decides exactly as decide.lua and decide_many.lua do, with the same keys,
+// writes, replies and errors, but without their generic machinery: no loop
+// over limits, no table per limit or request, no function per step, each
+// limit's constants in locals. The lone script takes decide.lua's
+// arguments; the batch script takes decide_many.lua's up to the number of
+// decisions, then a form, and for each decision only what the form says
+// it needs (now in ms and the key always; the policy's index, now in µs
+// and the cost when the call needs them), three values in most round
+// trips where decide_many.lua takes five. The script's own work is about
+// 0.7× the generic one's batched and 0.6× lone (BenchmarkScriptBody;
+// bench/BENCHMARKS.md has the Redis time beside the peers').
+// TestShapeScriptsMirrorGenericRaw runs the four (lone and batch, shaped
+// and generic) on the same random requests of up to six limits with odd
+// stored values, and compares every reply, error text and stored field;
+// TestScriptsMirrorGo compares the shape scripts with driver.Decide. Every read and
 // check comes before the first write, and the scripts carry a shebang, so
 // Redis refuses them up front when out of memory: a decision is all or
 // nothing. Lua numbers are doubles, exact below 2^53: driver.MaxQuota
@@ -261,8 +267,8 @@
 // A key holding a foreign value is ErrForeignValue, as for a decision, and
 // nothing is written. A seed is one script call on the identifier's key, so
 // it works on a standalone server, through Sentinel and on a Cluster, and
-// through the batcher's pipelines (on its own call, never in
-// decide_many.lua).
+// through the batcher's pipelines (on its own call, never in a batch
+// call).
 //
 // # Concurrency leases
 //

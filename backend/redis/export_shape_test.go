@@ -12,3 +12,12 @@ func ShapesLen() int {
 
 // IsShaped reports whether p decides with a script of its shape.
 func IsShaped(p *driver.Policy) bool { return decideScriptFor(p) != decideScript }
+
+// ResetShapes forgets every shape's scripts, so that a test that wants
+// shape scripts for its policies is not left with the generic ones by the
+// shapes earlier tests filled the cache with (maxShapes).
+func ResetShapes() {
+	shapesMu.Lock()
+	defer shapesMu.Unlock()
+	shapes.Store(nil)
+}

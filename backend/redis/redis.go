@@ -86,9 +86,10 @@ var (
 	//go:embed peek_layout2.lua
 	peekLayout2Source string
 
-	decideScript = goredis.NewScript(withCommon(decideSource))
-	// decideManyScript decides a batch of requests in one call (WithBatching
-	// on a standalone client).
+	// decideScript and decideManyScript decide one request and a batch of
+	// them for a policy past the shape scripts' bounds (shape.go), and are
+	// the reference the shape scripts are tested against.
+	decideScript     = goredis.NewScript(withCommon(decideSource))
 	decideManyScript = goredis.NewScript(withCommon(decideManySource))
 	peekScript       = goredis.NewScript(withCommon(peekSource))
 	refundScript     = goredis.NewScript(withCommon(refundSource))

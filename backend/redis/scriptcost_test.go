@@ -3,6 +3,7 @@ package redisbackend_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,9 +33,10 @@ import (
 // pass has already touched once (the steady state, where a key exists and
 // its expiry is mostly left alone):
 //
-//	batched-*  200 calls of decide_many.lua, 100 decisions each, laid out as
-//	           WithBatching lays them out
-//	lone-*     20,000 calls of decide.lua (WithoutBatching, 8 goroutines)
+//	batched-*  200 calls of the policy shape's batch script, 100 decisions
+//	           each, laid out as WithBatching lays them out
+//	lone-*     20,000 calls of the shape's lone script (WithoutBatching, 8
+//	           goroutines)
 //	reference  20,000 calls of a script that does what ulule's limiter does
 //	           per request (INCR, PEXPIRE on the first, PTTL): a yardstick
 //	           for one decision of one fixed window
@@ -237,8 +239,10 @@ func evalStats(ctx context.Context, c *goredis.Client) (scriptStats, error) {
 
 // BenchmarkScriptBody is BenchmarkScriptCost's steadier twin for a loaded
 // machine: it runs the script's body as a Lua function 10,000 times inside
-// one EVAL (decide.lua once per identifier; decide_many.lua 100 times, 100
-// decisions each, its ARGV built in Lua per call) and reads the CPU time
+// one EVAL (a lone script once per identifier; a batch script 100 times,
+// 100 decisions each, its ARGV built in Lua per call), for the policy's
+// shape script and, in the *-generic runs, for decide.lua and
+// decide_many.lua, the generic scripts it is measured against, and reads the CPU time
 // of Redis's main thread around the EVAL. The same loop around a body that
 // does nothing is measured too and subtracted, and what is left is
 // reported as "script-cpu-µs/decision": the work of the script alone,
@@ -364,7 +368,7 @@ func scriptBody(b *testing.B, body string, many, generic bool, p *driver.Policy)
 			form := -1
 			if !generic {
 				form = 0
-				if p.Limits[0].Algorithm == driver.GCRA {
+				if slices.ContainsFunc(p.Limits, func(l driver.Limit) bool { return l.Algorithm == driver.GCRA }) {
 					form = 2
 				}
 			}

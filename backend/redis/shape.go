@@ -18,9 +18,9 @@ import (
 // rendered with each limit's code inline, so that Redis runs no loop over
 // limits, builds no table per limit or request and calls no function per
 // step, which the generic decide.lua and decide_many.lua (common.lua) pay
-// on every decision. BenchmarkScriptCost has the figures. The generic
-// scripts stay the reference: TestShapeScriptsMirrorGeneric runs both on
-// the same random requests, and every other script (peek, refund, take,
+// on every decision. BenchmarkScriptBody compares the two. The generic
+// scripts stay the reference: TestShapeScriptsMirrorGenericRaw runs both
+// on the same random requests, and every other script (peek, refund, take,
 // seed) is still generic.
 //
 // A shape has two scripts, the lone one (decide.lua's ARGV) and the batch
@@ -79,6 +79,9 @@ func decideScriptFor(p *driver.Policy) *goredis.Script {
 	if m := shapes.Load(); m != nil {
 		if s, ok := (*m)[string(name)]; ok { // no allocation: the compiler converts in place
 			return s.lone
+		}
+		if len(*m) >= maxShapes {
+			return decideScript // full: no lock on every decision of a shape left out
 		}
 	}
 	shapesMu.Lock()

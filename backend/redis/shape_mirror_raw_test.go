@@ -16,7 +16,10 @@ import (
 	"github.com/throttlekit/throttlekit/throttler/driver"
 )
 
-func reviewPolicy(t *testing.T, rng *rand.Rand, seq int, algs []driver.Algorithm) *driver.Policy {
+// randomShapedPolicy is a random policy of the given algorithms, or of up
+// to six random ones when algs is nil: every algorithm, named limits,
+// bursts, maxima and windows from 1 to the bounds.
+func randomShapedPolicy(t *testing.T, rng *rand.Rand, seq int, algs []driver.Algorithm) *driver.Policy {
 	maxes := []int64{1, 2, 3, 5, 10, 100, 1000, 1_000_000, driver.MaxQuota}
 	windows := []time.Duration{time.Millisecond, 7 * time.Millisecond, time.Second, 1500 * time.Millisecond,
 		time.Minute, time.Hour, 24 * time.Hour, driver.MaxWindow}
@@ -70,6 +73,7 @@ func errText(err error, prefix string) string {
 // foreign and odd stored fields: same outcomes, same error text, same raw
 // hash (x included), same expiry presence.
 func TestShapeScriptsMirrorGenericRaw(t *testing.T) {
+	redisbackend.ResetShapes() // room for this test's shapes
 	ctx := context.Background()
 	c := newClient(t, standalone(t).primary.Addr())
 	type side struct {
@@ -100,13 +104,13 @@ func TestShapeScriptsMirrorGenericRaw(t *testing.T) {
 	}
 	for round := 0; round < 300 && time.Now().Before(deadline); round++ {
 		rounds++
-		p0 := reviewPolicy(t, rng, round, shapeList[round%len(shapeList)])
+		p0 := randomShapedPolicy(t, rng, round, shapeList[round%len(shapeList)])
 		shapedRounds += map[bool]int{true: 1}[redisbackend.IsShaped(p0)]
 		var algs []driver.Algorithm
 		for _, l := range p0.Limits {
 			algs = append(algs, l.Algorithm)
 		}
-		pols := []*driver.Policy{p0, reviewPolicy(t, rng, 1000+round, algs)}
+		pols := []*driver.Policy{p0, randomShapedPolicy(t, rng, 1000+round, algs)}
 		p := p0
 		ids := []string{fmt.Sprint("r", round, "a"), fmt.Sprint("r", round, "b")}
 		now := randomStart(rng)
