@@ -63,6 +63,23 @@ func WithBatching(maxBatch int) Option {
 	})
 }
 
+// WithRoundTripsInFlight sets the most round trips a batcher keeps in
+// flight to one server at once, n of at least 1 (driver.ErrInvalidOption
+// otherwise): by default two to a standalone server or a Sentinel primary,
+// so that the server runs one while the other travels, and one to each
+// Cluster primary, whose primaries already run in parallel (see
+// maxInFlight). Package redisgroups sets one for the servers of its groups,
+// for the same reason. Without batching it has no effect.
+func WithRoundTripsInFlight(n int) Option {
+	return optionFunc(func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("%w: WithRoundTripsInFlight(%d): at least one round trip must be in flight", driver.ErrInvalidOption, n)
+		}
+		c.inFlight = n
+		return nil
+	})
+}
+
 // WithoutBatching sends every script call in a round trip of its own, as
 // releases before batching was the default did.
 func WithoutBatching() Option {
@@ -147,7 +164,7 @@ type batcher struct {
 
 // newBatcher returns the scriptRunner for c: a batcher, or for a Cluster
 // client a batcher per primary.
-func newBatcher(c Client, maxBatch int, inline bool) (scriptRunner, error) {
+func newBatcher(c Client, maxBatch, inFlight int, inline bool) (scriptRunner, error) {
 	if maxBatch < 0 {
 		return nil, fmt.Errorf("%w: WithBatching(%d): negative batch size", driver.ErrInvalidOption, maxBatch)
 	}
@@ -158,14 +175,20 @@ func newBatcher(c Client, maxBatch int, inline bool) (scriptRunner, error) {
 		return nil, fmt.Errorf("%w: WithBatching with an auto-pipeliner, which batches by itself", driver.ErrInvalidOption)
 	}
 	if cc, ok := c.(*goredis.ClusterClient); ok {
-		return &clusterBatcher{cluster: newConn(cc), max: maxBatch, inline: inline, nodes: map[*goredis.Client]*batcher{}}, nil
+		if inFlight == 0 {
+			inFlight = clusterInFlight
+		}
+		return &clusterBatcher{cluster: newConn(cc), max: maxBatch, inFlight: inFlight, inline: inline, nodes: map[*goredis.Client]*batcher{}}, nil
 	}
 	p, ok := c.(pipeliner)
 	if !ok {
 		return nil, fmt.Errorf("%w: WithBatching needs a client with a Pipeline method, not %T", driver.ErrInvalidOption, c)
 	}
 	_, standalone := c.(*goredis.Client)
-	return &batcher{client: c, pipe: p, max: maxBatch, inline: inline, many: standalone, inFlight: maxInFlight}, nil
+	if inFlight == 0 {
+		inFlight = maxInFlight
+	}
+	return &batcher{client: c, pipe: p, max: maxBatch, inline: inline, many: standalone, inFlight: inFlight}, nil
 }
 
 // run sends one script call with the next round trip and waits for its

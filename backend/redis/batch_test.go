@@ -181,3 +181,76 @@ func TestBatchFailsOnlyItsFailingDecisions(t *testing.T) {
 	assert.GreaterOrEqual(t, total, n, "the decisions went out in pipelines")
 	assert.Positive(t, sizes.manyCalls(), "a standalone client's batch of decisions is one batch call")
 }
+
+// inFlightMeter is a go-redis hook that records the most pipelines in
+// flight at once on a client.
+type inFlightMeter struct {
+	now, most atomic.Int64
+}
+
+func (h *inFlightMeter) DialHook(next goredis.DialHook) goredis.DialHook          { return next }
+func (h *inFlightMeter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
+func (h *inFlightMeter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		n := h.now.Add(1)
+		defer h.now.Add(-1)
+		for {
+			most := h.most.Load()
+			if n <= most || h.most.CompareAndSwap(most, n) {
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A batcher keeps at most WithRoundTripsInFlight round trips in flight to
+// its server, however many callers wait: 64 goroutines decide over 1,000
+// identifiers while a hook counts the pipelines in flight. With one, the
+// count never passes one; by default, never two. A count below one is an
+// invalid option.
+func TestRoundTripsInFlight(t *testing.T) {
+	ctx := context.Background()
+	server := ownRedis(t)
+	p := testkit.Compiled(t, "inflight", "1000000/h")
+	for _, tc := range []struct {
+		name string
+		opts []redisbackend.Option
+		most int64
+	}{
+		{"default", nil, 2},
+		{"one", []redisbackend.Option{redisbackend.WithRoundTripsInFlight(1)}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := goredis.NewClient(&goredis.Options{Addr: server.Addr(), ContextTimeoutEnabled: true, PoolSize: 64})
+			t.Cleanup(func() { _ = client.Close() })
+			meter := &inFlightMeter{}
+			client.AddHook(meter)
+			b := mustBackend(t, client, append([]redisbackend.Option{redisbackend.WithPrefix(newPrefix())}, tc.opts...)...)
+			var wg sync.WaitGroup
+			var failed atomic.Int64
+			for g := range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 200 {
+						ctx, cancel := context.WithTimeout(ctx, testkit.CallTimeout)
+						_, err := b.Decide(ctx, driver.Request{Policy: p, Identifier: fmt.Sprint("user:", (g*200+i)%1000), Cost: 1, Now: t0})
+						cancel()
+						if err != nil {
+							failed.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			require.Zero(t, failed.Load())
+			t.Logf("most round trips in flight: %d", meter.most.Load())
+			assert.LessOrEqual(t, meter.most.Load(), tc.most)
+			assert.Positive(t, meter.most.Load(), "the decisions went in pipelines")
+		})
+	}
+	c := newClient(t, server.Addr())
+	_, err := redisbackend.New(c, redisbackend.WithRoundTripsInFlight(0))
+	assert.ErrorIs(t, err, driver.ErrInvalidOption)
+}

@@ -31,9 +31,10 @@ import (
 // reload its view. Reads (peeks) go through the Cluster client unbatched,
 // so that a client set to read from replicas still does.
 type clusterBatcher struct {
-	cluster conn // the Cluster client, for reads and calls sent again
-	max     int
-	inline  bool
+	cluster  conn // the Cluster client, for reads and calls sent again
+	max      int
+	inFlight int // per primary
+	inline   bool
 
 	mu    sync.Mutex
 	nodes map[*goredis.Client]*batcher
@@ -92,7 +93,7 @@ func (cb *clusterBatcher) batcherFor(node *goredis.Client) *batcher {
 	defer cb.mu.Unlock()
 	bt, ok := cb.nodes[node]
 	if !ok {
-		bt = &batcher{client: node, pipe: node, max: cb.max, inline: cb.inline, many: true, inFlight: clusterInFlight}
+		bt = &batcher{client: node, pipe: node, max: cb.max, inline: cb.inline, many: true, inFlight: cb.inFlight}
 		cb.nodes[node] = bt
 	}
 	return bt

@@ -260,6 +260,7 @@ type config struct {
 	// is then an error rather than a quiet fallback.
 	batchingAsked bool
 	maxBatch      int
+	inFlight      int // WithRoundTripsInFlight; 0 for the default
 }
 
 // WithPrefix sets the string every key starts with; the default is
@@ -335,7 +336,7 @@ func New(client Client, opts ...Option) (*Backend, error) {
 	if cfg.batching {
 		// Batching is the default wherever the client can pipeline; asked
 		// for with WithBatching, a client that cannot is an error.
-		bt, err := newBatcher(b.client.Client, cfg.maxBatch, !b.client.detached)
+		bt, err := newBatcher(b.client.Client, cfg.maxBatch, cfg.inFlight, !b.client.detached)
 		switch {
 		case err == nil:
 			b.client.batch, b.reader.batch = bt, bt
@@ -344,7 +345,7 @@ func New(client Client, opts ...Option) (*Backend, error) {
 		}
 		if b.ownReader {
 			b.reader.batch = nil
-			rbt, err := newBatcher(b.reader.Client, cfg.maxBatch, !b.reader.detached)
+			rbt, err := newBatcher(b.reader.Client, cfg.maxBatch, cfg.inFlight, !b.reader.detached)
 			switch {
 			case err == nil:
 				b.reader.batch = rbt

@@ -31,7 +31,9 @@ type options struct {
 // a key prefix (redisbackend.WithPrefix), an expiry grace, circuit breakers
 // (redisbackend.WithBreaker: each server, primary or replica, then has a
 // breaker of its own, so that one group's outage costs the others
-// nothing).
+// nothing). Every server gets redisbackend.WithRoundTripsInFlight(1) first,
+// as a Cluster primary does, since the groups run in parallel; opts may
+// set another.
 func WithBackendOptions(opts ...redisbackend.Option) Option {
 	return optionFunc(func(o *options) error { o.backend = append(o.backend, opts...); return nil })
 }
@@ -135,7 +137,12 @@ func open(opts *goredis.Options, backendOpts []redisbackend.Option) (*ownedBacke
 	own := *opts
 	own.ContextTimeoutEnabled = true
 	client := goredis.NewClient(&own)
-	b, err := redisbackend.New(client, backendOpts...)
+	// The groups' primaries run in parallel, as a Cluster's do: one round
+	// trip in flight to each keeps them busy with larger batches (see
+	// redisbackend.WithRoundTripsInFlight). The caller's options come
+	// after, so they may set another.
+	opts2 := append([]redisbackend.Option{redisbackend.WithRoundTripsInFlight(1)}, backendOpts...)
+	b, err := redisbackend.New(client, opts2...)
 	if err != nil {
 		return nil, errors.Join(err, client.Close())
 	}
