@@ -3,7 +3,9 @@ package redisbackend_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -182,8 +184,10 @@ func TestBatchFailsOnlyItsFailingDecisions(t *testing.T) {
 	assert.Positive(t, sizes.manyCalls(), "a standalone client's batch of decisions is one batch call")
 }
 
-// inFlightMeter is a go-redis hook that records the most pipelines in
-// flight at once on a client.
+// inFlightMeter is a go-redis hook that records the most pipelines of
+// script calls in flight at once on a client. A new connection's setup
+// (HELLO, CLIENT SETINFO) is a pipeline of its own, run inside the first
+// pipeline sent on it: it is not counted.
 type inFlightMeter struct {
 	now, most atomic.Int64
 }
@@ -192,6 +196,9 @@ func (h *inFlightMeter) DialHook(next goredis.DialHook) goredis.DialHook        
 func (h *inFlightMeter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
 func (h *inFlightMeter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		if !slices.ContainsFunc(cmds, func(c goredis.Cmder) bool { return strings.HasPrefix(c.Name(), "eval") }) {
+			return next(ctx, cmds)
+		}
 		n := h.now.Add(1)
 		defer h.now.Add(-1)
 		for {

@@ -50,6 +50,7 @@ func TestOutageCostAndCause(t *testing.T) {
 				}
 				var open, waited []time.Duration
 				var first error
+				refused := 0
 				start := time.Now()
 				for calls := 0; time.Since(start) < 1500*time.Millisecond && calls < 200_000; calls++ {
 					began := time.Now()
@@ -69,11 +70,27 @@ func TestOutageCostAndCause(t *testing.T) {
 					// reached the network.
 					assert.ErrorIs(t, r.Err, throttler.ErrBackend)
 					if fault == "stopped" {
-						require.ErrorIs(t, r.Err, syscall.ECONNREFUSED, "%v", r.Err)
+						// A call may still be reading from a pooled connection
+						// when the server stops; on a loaded machine its
+						// deadline can pass before the reset arrives, and its
+						// cause is then that no reply came. Every other call
+						// meets a refused dial.
+						if errors.Is(r.Err, syscall.ECONNREFUSED) {
+							refused++
+						} else {
+							require.ErrorIs(t, r.Err, os.ErrDeadlineExceeded, "%v", r.Err)
+						}
 					} else {
 						require.ErrorIs(t, r.Err, os.ErrDeadlineExceeded, "%v", r.Err)
 						require.ErrorIs(t, r.Err, context.DeadlineExceeded, "%v", r.Err)
 					}
+				}
+				if fault == "stopped" && side == "WithoutBreaker" {
+					// every call of the outage reaches the network: most
+					// meet the refused dial (with the breaker on, a few
+					// calls open it, and they may all have been on the
+					// pooled connection)
+					require.Positive(t, refused, "no call met the refused dial")
 				}
 				slices.Sort(open)
 				slices.Sort(waited)
