@@ -411,31 +411,28 @@ func (bt *batcher) collectDecisions(ctx context.Context, pipe goredis.Pipeliner,
 	// A round trip's decisions mostly share one or two shapes: a short list
 	// of scripts is all the grouping needs.
 	var scripts []*goredis.Script
-	var counts []int
+	var groups [][]*pending
 	for _, p := range batch {
 		if !isDecision(p) {
 			continue
 		}
-		if k := slices.Index(scripts, p.script); k >= 0 {
-			counts[k]++
-		} else {
-			scripts, counts = append(scripts, p.script), append(counts, 1)
+		k := slices.Index(scripts, p.script)
+		if k < 0 {
+			k = len(scripts)
+			scripts, groups = append(scripts, p.script), append(groups, nil)
 		}
+		groups[k] = append(groups[k], p)
 	}
 	var many []manyCall
-	for k, lone := range scripts {
-		if counts[k] < 2 {
-			continue
+	for k, calls := range groups {
+		if len(calls) < 2 {
+			continue // goes on its own
 		}
-		calls := make([]*pending, 0, counts[k])
-		for _, p := range batch {
-			if p.script == lone && isDecision(p) {
-				p.inMany = true
-				calls = append(calls, p)
-			}
+		for _, p := range calls {
+			p.inMany = true
 		}
-		m := newManyCall(calls, lone != decideScript)
-		m.script = manyFor(lone)
+		m := newManyCall(calls, scripts[k] != decideScript)
+		m.script = manyFor(scripts[k])
 		m.cmd = pipe.EvalSha(ctx, m.script.Hash(), m.keys, m.args...)
 		many = append(many, m)
 	}

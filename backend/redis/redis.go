@@ -158,7 +158,7 @@ type Backend struct {
 	// logger is where the backend's own lines go (SetLogger); nil means
 	// slog.Default().
 	logger atomic.Pointer[slog.Logger]
-	// argsCache maps a *driver.Policy to its limits' script arguments.
+	// argsCache maps a *driver.Policy to its *policyCall.
 	argsCache  sync.Map
 	argsCached atomic.Int64
 	// breakers holds the servers' circuit breakers (WithBreaker), nil
@@ -625,11 +625,12 @@ func (b *Backend) runScript(ctx context.Context, c conn, script *goredis.Script,
 		return driver.Outcome{}, err
 	}
 	keys := []string{b.Key(req.Policy, req.Identifier)}
+	pc := b.forPolicy(req.Policy)
 	var policy *driver.Policy
 	if script == decideScript {
-		script, policy = decideScriptFor(req.Policy), req.Policy
+		script, policy = pc.decide, req.Policy
 	}
-	reply, err := b.eval(ctx, c, script, readOnly, keys, b.scriptArgs(req), policy)
+	reply, err := b.eval(ctx, c, script, readOnly, keys, b.argsFor(req, pc), policy)
 	if err != nil {
 		return driver.Outcome{}, err
 	}
@@ -710,34 +711,46 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // one compiled policy per user policy, once, and never changes it), so a
 // call boxes only its own three numbers.
 func (b *Backend) scriptArgs(req driver.Request) []any {
-	p := req.Policy
-	limitArgs := b.limitArgs(p)
-	args := make([]any, 4, 4+len(limitArgs))
-	args[0], args[1], args[2], args[3] = req.Now.UnixMilli(), req.Now.UnixMicro(), req.Cost, b.graceMs
-	return append(args, limitArgs...)
+	return b.argsFor(req, b.forPolicy(req.Policy))
 }
 
-// limitArgs returns the number of limits, then each limit's algorithm, Max,
-// window in milliseconds, capacity, emission interval in microseconds and
-// key, boxed, from the cache or built and cached. The cache holds policies
-// by pointer, up to argsCacheMax of them: a program that makes policies on
-// the fly gets its arguments built per call past that, never a leak.
-func (b *Backend) limitArgs(p *driver.Policy) []any {
+// argsFor is scriptArgs with p's cached part at hand.
+func (b *Backend) argsFor(req driver.Request, pc *policyCall) []any {
+	args := make([]any, 4, 4+len(pc.limits))
+	args[0], args[1], args[2], args[3] = req.Now.UnixMilli(), req.Now.UnixMicro(), req.Cost, b.graceMs
+	return append(args, pc.limits...)
+}
+
+// policyCall is what every call under one policy shares: its limits'
+// arguments and the lone script that decides it (decideScriptFor).
+type policyCall struct {
+	// limits is the number of limits, then each limit's algorithm, Max,
+	// window in milliseconds, capacity, emission interval in microseconds
+	// and key, boxed.
+	limits []any
+	decide *goredis.Script
+}
+
+// forPolicy returns p's policyCall from the cache, or built and cached.
+// The cache holds policies by pointer, up to argsCacheMax of them: a
+// program that makes policies on the fly gets them built per call past
+// that, never a leak.
+func (b *Backend) forPolicy(p *driver.Policy) *policyCall {
 	if v, ok := b.argsCache.Load(p); ok {
-		return v.([]any)
+		return v.(*policyCall)
 	}
-	args := make([]any, 0, 1+6*len(p.Limits))
-	args = append(args, int64(len(p.Limits)))
+	pc := &policyCall{limits: make([]any, 0, 1+6*len(p.Limits)), decide: decideScriptFor(p)}
+	pc.limits = append(pc.limits, int64(len(p.Limits)))
 	for i := range len(p.Limits) {
 		l := p.Limits[i]
-		args = append(args, int64(l.Algorithm), l.Max, l.WindowMillis, l.Capacity, l.EmissionMicros, l.Key)
+		pc.limits = append(pc.limits, int64(l.Algorithm), l.Max, l.WindowMillis, l.Capacity, l.EmissionMicros, l.Key)
 	}
 	if b.argsCached.Load() < argsCacheMax {
-		if _, loaded := b.argsCache.LoadOrStore(p, args); !loaded {
+		if _, loaded := b.argsCache.LoadOrStore(p, pc); !loaded {
 			b.argsCached.Add(1)
 		}
 	}
-	return args
+	return pc
 }
 
 // argsCacheMax bounds the policies whose script arguments a Backend keeps.
