@@ -99,6 +99,20 @@ return {v, redis.call('PTTL', KEYS[1])}`)
 	})
 }
 
+// emptiedServer returns a client of the benchmarks' server, emptied so that
+// every sub-benchmark starts alike, and an unbatched backend over it.
+func emptiedServer(b *testing.B) (*goredis.Client, *redisbackend.Backend) {
+	c := newClient(b, benchRedis(b).Addr())
+	if err := c.FlushAll(context.Background()).Err(); err != nil {
+		b.Fatal(err)
+	}
+	be, err := redisbackend.New(c, redisbackend.WithoutBatching())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c, be
+}
+
 const (
 	costIdentifiers = 10_000
 	costBatch       = 100
@@ -110,14 +124,7 @@ const (
 // server is emptied first, so that every sub-benchmark starts alike.
 func scriptCost(b *testing.B, decide func(context.Context, *goredis.Client, *redisbackend.Backend, []driver.Request) error, p *driver.Policy) {
 	ctx := context.Background()
-	c := newClient(b, benchRedis(b).Addr())
-	if err := c.FlushAll(ctx).Err(); err != nil {
-		b.Fatal(err)
-	}
-	be, err := redisbackend.New(c, redisbackend.WithoutBatching())
-	if err != nil {
-		b.Fatal(err)
-	}
+	c, be := emptiedServer(b)
 	// Decisions 50 µs apart, from a whole minute on: every one is allowed
 	// (an identifier gets two or three per window of the tightest limit).
 	now := testkit.T0.Truncate(time.Minute)
@@ -349,14 +356,7 @@ const (
 
 func scriptBody(b *testing.B, body string, many, generic bool, p *driver.Policy) {
 	ctx := context.Background()
-	c := newClient(b, benchRedis(b).Addr())
-	if err := c.FlushAll(ctx).Err(); err != nil {
-		b.Fatal(err)
-	}
-	be, err := redisbackend.New(c, redisbackend.WithoutBatching())
-	if err != nil {
-		b.Fatal(err)
-	}
+	c, be := emptiedServer(b)
 	loop, empty := loneLoop, emptyLone
 	if many {
 		loop, empty = manyLoop, emptyMany
