@@ -148,4 +148,80 @@
 // unmatched calls, and for a Deciding backend its decisions, the windows
 // it opened, its seeds and its raced attempts: when Found stops growing
 // for a horizon, the legacy store is no longer needed.
+//
+// # envoy ratelimit
+//
+// NewEnvoyRedis reads, and with Deciding writes, the counters of envoy
+// ratelimit's Redis backend, so that throttlekit can take over from it
+// without restarting a window. envoy keeps one string per descriptor and
+// window of the descriptor's unit:
+//
+//	<CACHE_KEY_PREFIX><domain>_<key1>_<value1>_..._<keyN>_<valueN>_<window start>
+//
+// where the window start is the request's Unix second rounded down to a
+// multiple of the unit (1 for a second, 60, 3600, 86400, 604800, 2592000
+// for envoy's 30-day month, 31536000 for its 365-day year). Every hit runs
+// INCRBY of the hits and EXPIRE of the unit (plus a random jitter), so a
+// window ends exactly at its start plus the unit, whatever the TTL says.
+// The identifier this backend is given is that key with the prefix
+// (WithEnvoyPrefix) and the trailing "_<window start>" taken off: the
+// domain and each entry's key and value joined by "_". It is used as is,
+// never escaped nor hashed, since envoy's keys are raw.
+//
+// The limits fed are the policy's AlignedWindow limits whose window is
+// one of those units: throttlekit's aligned window of that length is
+// then envoy's window, same start, same end. Each reads the key of its
+// own unit's window holding the request's now, as State{Used: count, End:
+// (start + unit) in Unix milliseconds}, Used at most the limit's Max
+// (envoy counts denied hits, so a count beyond Max is common; the
+// remaining reads 0 either way, as envoy reports it). Every other limit,
+// anchored or sliding windows and GCRA included, gets the zero State. Two
+// units whose windows start at the same second (a minute and an hour at
+// the top of an hour) name the same key; it then counts the requests
+// since that second, which is what both limits count, and both read it.
+// A policy none of whose limits is fed reads nothing, is counted in
+// Stats.Unmatched and is logged once.
+//
+// Read-only, the backend serves the way in of a deploy that replaces envoy
+// ratelimit outright: the old side of a split rollout at 100 %, whose
+// first decision per identifier peeks envoy's keys and seeds the new
+// store. Envoy processes still serving count apart until they are gone.
+//
+// With Deciding it counts as envoy does, in envoy's keys, so that during a
+// rolling deploy envoy processes and throttlekit processes share every
+// window (the old side of a mirror rollout at 0 %, as above): a decision
+// runs INCRBY of the cost and EXPIRE of the unit on the key of each fed
+// limit, allowed or not, and is allowed when every count after it is at
+// most its limit's Max. A shared key is raised once and expires with the
+// longer unit. Only a policy all of whose limits are fed can be decided:
+// any other gives an error wrapping errors.ErrUnsupported, since envoy
+// processes would not count its other limits. Seed raises each key to the
+// given state's count when that state is the same window (same End, in
+// force at the request's now) with a script that sets the larger of the
+// two counts, then counts the cost in the same script; a given window of
+// another end is left out, as envoy's key can only hold the window now
+// falls in. After a denial the states are the counts after it, as envoy
+// keeps them, not the counts before as driver.Decide would leave them.
+//
+// What stays as envoy has it: a decision's keys are raised one by one,
+// never together, and a count is not undone when another limit of the
+// same policy denies; a key is given its TTL after it is raised, so a
+// failure in between leaves a key without one, as envoy would. What
+// differs: envoy's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT and its local
+// over-limit cache stop envoy from counting some denied hits, which this
+// backend counts; counts then read higher, never lower, and no quota is
+// granted twice. envoy's REDIS_PERSECOND setting keeps the keys of
+// second units in a Redis of their own: this backend reads one client, so
+// give it that Redis for policies of one second limit and the main one for
+// the others, through two backends. Both sides read their own clocks: a
+// request within a clock skew of a window's end may count in either
+// window, as between two envoy hosts.
+//
+// Calls: a peek is one pipeline of a GET per key; a decision one pipeline
+// of INCRBY and EXPIRE per key; a seed one pipeline of a script per key
+// (and a second one, with the script's text, on a server that had not
+// loaded it). With a Cluster client the keys of one identifier usually lie
+// in different slots, which no MGET, MULTI or script could span: the
+// pipeline is split by go-redis into one batch per primary, each command
+// touching one key, so nothing needs the keys of a call in one slot.
 package legacybackend
