@@ -10,7 +10,7 @@ FUZZTIME ?= 10s
 # inherits gRPC, OpenTelemetry or Prometheus in its module graph) and replaces the core with the
 # checkout it sits in, so each is built, vetted and tested with the core at the same commit.
 # `go test ./...` at the root does not descend into them; every target below runs them too.
-MODULES := middleware/grpc observe/otel observe/prometheus examples/observability
+MODULES := middleware/grpc middleware/rls observe/otel observe/prometheus examples/observability
 
 ## test: lint, then every test under the race detector, with real Redis, memcached and Unleash servers (what CI runs)
 test: servers unleash lint
@@ -70,6 +70,11 @@ unleash:
 ## bench-peers: throttlekit against ulule/limiter, redis_rate, throttled and x/time/rate on the same servers; writes bench/BENCHMARKS.md with every goal and its figure (about 6 minutes; BENCH_QUICK=1 for a 30 s smoke run)
 bench-peers: servers
 	cd bench && $(GO) run . -o BENCHMARKS.md
+
+## bench-rls: throttlekit-rls against envoy ratelimit (built from its module at run time) on one Redis; writes bench/RLS.md with every goal and its figure (about 4 minutes; BENCH_QUICK=1 for a 30 s smoke run)
+.PHONY: bench-rls
+bench-rls: servers
+	cd bench && $(GO) run ./cmd/rls-peers -o RLS.md
 
 ## bench: every benchmark, once (compare ratios within one run: the machine is shared)
 bench: servers
