@@ -80,11 +80,12 @@
 //
 // # Errors
 //
-// Every error about a file's contents is an *Error giving the file, line
-// and column, and wraps ErrInvalidConfig; Parse never panics. Refused, as
-// envoy ratelimit refuses them: YAML syntax errors, unknown keys, lists
-// that hold something other than mappings, floating-point numbers, values
-// of the wrong type, an empty domain or descriptor key, one composite key
+// Every error about a file's contents is an *Error giving the file and,
+// where known, the line and column, and wraps ErrInvalidConfig; Parse
+// never panics. Refused, as
+// envoy ratelimit refuses them: YAML syntax errors, unknown keys, keys
+// that are no strings, descriptors or replaces entries that are no
+// mappings, floating-point numbers, values of the wrong type, an empty domain or descriptor key, one composite key
 // twice at a level, an invalid unit, a unit beside unlimited, an empty
 // replaces name or one naming its own rule, share_threshold on a value
 // that is no wildcard, and a domain in two files without MergeDomains.

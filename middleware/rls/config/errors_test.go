@@ -54,7 +54,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown rate_limit key", head + "    rate_limit:\n      unit: second\n      request_per_unit: 5\n", 6, 7, `unknown key "request_per_unit"`},
 		{"unknown key in an ignored value", "domain: d\nname: {foo: 1}\n", 2, 8, `unknown key "foo"`},
 		{"unknown key in replaces", head + "    rate_limit:\n      unit: second\n      replaces:\n        - nam: x\n", 7, 11, `unknown key "nam"`},
-		{"non-string key", "domain: d\n1: x\n", 2, 1, "mapping key 1 is not a string"},
+		{"non-string key", "domain: d\n1: x\n", 2, 1, "a mapping key must be a string, not 1"},
 		{"key given twice", head + "    value: x\n    value: y\n", 5, 5, `key "value" given twice in one mapping (first at line 4)`},
 		{"empty file", "", 0, 0, "file has no domain"},
 		{"null document", "~\n", 1, 1, "file has no domain"},
@@ -114,7 +114,7 @@ func TestParseErrors(t *testing.T) {
 		{"two listed limits alike", head + "    rate_limit:\n      limits:\n        - 10/s gcra\n        - 20/s gcra burst=40\n", 7, 11, "has the same window and algorithm"},
 		{"named limits alike", head + "    rate_limit:\n      limits: [\"10/s name=a\", \"20/s name=b\"]\n", 5, 31, "has the same window and algorithm"},
 		{"limit refused by throttler", head + "    rate_limit:\n      unit: year\n      requests_per_unit: 4000000000\n      algorithm: sliding\n", 4, 5, "rate_limit: throttlekit"},
-		{"bad failure_mode", head + "    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      failure_mode: local\n", 7, 21, `failure_mode must be open or closed, not "local"`},
+		{"bad failure_mode", head + "    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      failure_mode: Local\n", 7, 21, `failure_mode must be open or closed, not "Local"`},
 		{"addition with unlimited", head + "    rate_limit:\n      unlimited: true\n      failure_mode: open\n", 6, 7, "an unlimited rate_limit takes no failure_mode"},
 		{"limits with unlimited", head + "    rate_limit:\n      unlimited: true\n      limits: [\"1/s\"]\n", 6, 7, "an unlimited rate_limit takes no limits"},
 		// Files.

@@ -282,9 +282,9 @@ func (l *loader) rateLimit(p pair, fullKey string, f flags, depth int) (*Rule, e
 			if err != nil {
 				return nil, err
 			}
-			switch mode = strings.ToLower(mode); mode {
+			switch lower := strings.ToLower(mode); lower {
 			case "", "open", "closed":
-				r.FailureMode = mode
+				r.FailureMode = lower
 			default:
 				return nil, l.errorf(q.val, "failure_mode must be open or closed, not %q", mode)
 			}

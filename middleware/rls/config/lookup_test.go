@@ -325,3 +325,36 @@ func TestLookupConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+func BenchmarkLookup(b *testing.B) {
+	cfg, err := config.Parse([]config.File{{Name: "b.yaml", Data: []byte(`
+domain: d
+descriptors:
+  - key: tenant
+    descriptors:
+      - key: path
+        value: /api/*
+        share_threshold: true
+        rate_limit: {unit: minute, requests_per_unit: 100}
+      - key: path
+        rate_limit: {unit: minute, requests_per_unit: 10}
+`)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name    string
+		entries []config.Entry
+	}{
+		{"wildcard", d("tenant", "acme", "path", "/api/users")},
+		{"key", d("tenant", "acme", "path", "/static/app.js")},
+		{"miss", d("user", "bob")},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				_ = cfg.Lookup("d", bc.entries)
+			}
+		})
+	}
+}

@@ -280,7 +280,7 @@ func (l *loader) pairs(m *yaml.Node, depth int) ([]pair, error) {
 			continue
 		}
 		if k.Kind != yaml.ScalarNode || k.ShortTag() != "!!str" {
-			return nil, l.errorf(k, "mapping key %s is not a string", describe(k))
+			return nil, l.errorf(k, "a mapping key must be a string, not %s", describe(k))
 		}
 		if first, dup := seen[k.Value]; dup {
 			return nil, l.errorf(k, "key %q given twice in one mapping (first at line %d)", k.Value, first.Line)

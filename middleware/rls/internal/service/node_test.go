@@ -132,8 +132,8 @@ func (r nodeRequest) toProto() *rlsv3.RateLimitRequest {
 	return req
 }
 
-// goAnswer is the answer line the Go client's result stands for.
-func goAnswer(resp *rlsv3.RateLimitResponse, err error) nodeAnswer {
+// nodeGoAnswer is the answer line the Go client's result stands for.
+func nodeGoAnswer(resp *rlsv3.RateLimitResponse, err error) nodeAnswer {
 	if err != nil {
 		st := status.Convert(err)
 		return nodeAnswer{GRPCCode: st.Code(), Message: st.Message()}
@@ -159,14 +159,14 @@ func goAnswer(resp *rlsv3.RateLimitResponse, err error) nodeAnswer {
 // The response headers the service is started with (envoy ratelimit's
 // default names).
 const (
-	hdrLimit     = "RateLimit-Limit"
-	hdrRemaining = "RateLimit-Remaining"
-	hdrReset     = "RateLimit-Reset"
+	nodeHdrLimit     = "RateLimit-Limit"
+	nodeHdrRemaining = "RateLimit-Remaining"
+	nodeHdrReset     = "RateLimit-Reset"
 )
 
-// wantStatus is what one descriptor's status must say; limit 0 means no
+// nodeWantStatus is what one descriptor's status must say; limit 0 means no
 // current_limit.
-type wantStatus struct {
+type nodeWantStatus struct {
 	code      string
 	limit     uint32
 	unit      string
@@ -180,12 +180,12 @@ type nodeStep struct {
 	req      func(v string) nodeRequest
 	grpcCode codes.Code // when not OK, the call must fail with it
 	overall  string
-	statuses []wantStatus
+	statuses []nodeWantStatus
 	// headers are the limit and remaining headers; nil means none.
 	headers *[2]uint32
 }
 
-func entries(kv ...string) []nodeEntry {
+func nodeEntries(kv ...string) []nodeEntry {
 	var es []nodeEntry
 	for i := 0; i+1 < len(kv); i += 2 {
 		es = append(es, nodeEntry{Key: kv[i], Value: kv[i+1]})
@@ -193,89 +193,89 @@ func entries(kv ...string) []nodeEntry {
 	return es
 }
 
-// one is a request of one descriptor of key, value pairs; "$" in a value
+// nodeOne is a request of one descriptor of key, value pairs; "$" in a value
 // stands for the client's own value.
-func one(kv ...string) func(v string) nodeRequest {
+func nodeOne(kv ...string) func(v string) nodeRequest {
 	return func(v string) nodeRequest {
 		kv := append([]string(nil), kv...)
 		for i := 1; i < len(kv); i += 2 {
 			kv[i] = strings.ReplaceAll(kv[i], "$", v)
 		}
-		return nodeRequest{Domain: "nodeclient", Descriptors: []nodeDescriptor{{Entries: entries(kv...)}}}
+		return nodeRequest{Domain: "nodeclient", Descriptors: []nodeDescriptor{{Entries: nodeEntries(kv...)}}}
 	}
 }
 
-func u64(n uint64) *uint64 { return &n }
+func nodeU64(n uint64) *uint64 { return &n }
 
-func hdr(limit, remaining uint32) *[2]uint32 { return &[2]uint32{limit, remaining} }
+func nodeHdr(limit, remaining uint32) *[2]uint32 { return &[2]uint32{limit, remaining} }
 
 // nodeSteps is the sequence both clients send, each on its own values.
 func nodeSteps() []nodeStep {
 	const ok, over = "OK", "OVER_LIMIT"
 	return []nodeStep{
-		{name: "client 1/3", req: one("client", "$"), overall: ok,
-			statuses: []wantStatus{{ok, 3, "MINUTE", 2}}, headers: hdr(3, 2)},
-		{name: "client 2/3", req: one("client", "$"), overall: ok,
-			statuses: []wantStatus{{ok, 3, "MINUTE", 1}}, headers: hdr(3, 1)},
-		{name: "client 3/3", req: one("client", "$"), overall: ok,
-			statuses: []wantStatus{{ok, 3, "MINUTE", 0}}, headers: hdr(3, 0)},
-		{name: "client over", req: one("client", "$"), overall: over,
-			statuses: []wantStatus{{over, 3, "MINUTE", 0}}, headers: hdr(3, 0)},
-		{name: "nested 1/2", req: one("tenant", "acme", "user", "$"), overall: ok,
-			statuses: []wantStatus{{ok, 2, "MINUTE", 1}}, headers: hdr(2, 1)},
+		{name: "client 1/3", req: nodeOne("client", "$"), overall: ok,
+			statuses: []nodeWantStatus{{ok, 3, "MINUTE", 2}}, headers: nodeHdr(3, 2)},
+		{name: "client 2/3", req: nodeOne("client", "$"), overall: ok,
+			statuses: []nodeWantStatus{{ok, 3, "MINUTE", 1}}, headers: nodeHdr(3, 1)},
+		{name: "client 3/3", req: nodeOne("client", "$"), overall: ok,
+			statuses: []nodeWantStatus{{ok, 3, "MINUTE", 0}}, headers: nodeHdr(3, 0)},
+		{name: "client over", req: nodeOne("client", "$"), overall: over,
+			statuses: []nodeWantStatus{{over, 3, "MINUTE", 0}}, headers: nodeHdr(3, 0)},
+		{name: "nested 1/2", req: nodeOne("tenant", "acme", "user", "$"), overall: ok,
+			statuses: []nodeWantStatus{{ok, 2, "MINUTE", 1}}, headers: nodeHdr(2, 1)},
 		{name: "nested with hits_addend 1 and unlimited", req: func(v string) nodeRequest {
 			return nodeRequest{Domain: "nodeclient", Descriptors: []nodeDescriptor{
-				{Entries: entries("tenant", "acme", "user", v), HitsAddend: u64(1)},
-				{Entries: entries("internal", v)},
+				{Entries: nodeEntries("tenant", "acme", "user", v), HitsAddend: nodeU64(1)},
+				{Entries: nodeEntries("internal", v)},
 			}}
 		}, overall: ok,
-			statuses: []wantStatus{{ok, 2, "MINUTE", 0}, {ok, 0, "", math.MaxUint32}}, headers: hdr(2, 0)},
-		{name: "nested over", req: one("tenant", "acme", "user", "$"), overall: over,
-			statuses: []wantStatus{{over, 2, "MINUTE", 0}}, headers: hdr(2, 0)},
+			statuses: []nodeWantStatus{{ok, 2, "MINUTE", 0}, {ok, 0, "", math.MaxUint32}}, headers: nodeHdr(2, 0)},
+		{name: "nested over", req: nodeOne("tenant", "acme", "user", "$"), overall: over,
+			statuses: []nodeWantStatus{{over, 2, "MINUTE", 0}}, headers: nodeHdr(2, 0)},
 		{name: "nested other user checked with hits_addend 0", req: func(v string) nodeRequest {
 			return nodeRequest{Domain: "nodeclient", Descriptors: []nodeDescriptor{
-				{Entries: entries("tenant", "acme", "user", v+"-other"), HitsAddend: u64(0)},
+				{Entries: nodeEntries("tenant", "acme", "user", v+"-other"), HitsAddend: nodeU64(0)},
 			}}
 		}, overall: ok,
-			statuses: []wantStatus{{ok, 2, "MINUTE", 2}}, headers: hdr(2, 2)},
-		{name: "no rule", req: one("nothing", "$"), overall: ok,
-			statuses: []wantStatus{{ok, 0, "", 0}}},
+			statuses: []nodeWantStatus{{ok, 2, "MINUTE", 2}}, headers: nodeHdr(2, 2)},
+		{name: "no rule", req: nodeOne("nothing", "$"), overall: ok,
+			statuses: []nodeWantStatus{{ok, 0, "", 0}}},
 		{name: "bulk 4 of 10", req: func(v string) nodeRequest {
 			return nodeRequest{Domain: "nodeclient", Descriptors: []nodeDescriptor{
-				{Entries: entries("bulk", v), HitsAddend: u64(4)}}}
+				{Entries: nodeEntries("bulk", v), HitsAddend: nodeU64(4)}}}
 		}, overall: ok,
-			statuses: []wantStatus{{ok, 10, "HOUR", 6}}, headers: hdr(10, 6)},
+			statuses: []nodeWantStatus{{ok, 10, "HOUR", 6}}, headers: nodeHdr(10, 6)},
 		{name: "bulk 7 more is over", req: func(v string) nodeRequest {
 			return nodeRequest{Domain: "nodeclient", HitsAddend: 7, Descriptors: []nodeDescriptor{
-				{Entries: entries("bulk", v)}}}
+				{Entries: nodeEntries("bulk", v)}}}
 		}, overall: over,
-			statuses: []wantStatus{{over, 10, "HOUR", 6}}, headers: hdr(10, 6)},
+			statuses: []nodeWantStatus{{over, 10, "HOUR", 6}}, headers: nodeHdr(10, 6)},
 		{name: "bulk the 6 left", req: func(v string) nodeRequest {
 			return nodeRequest{Domain: "nodeclient", Descriptors: []nodeDescriptor{
-				{Entries: entries("bulk", v), HitsAddend: u64(6)}}}
+				{Entries: nodeEntries("bulk", v), HitsAddend: nodeU64(6)}}}
 		}, overall: ok,
-			statuses: []wantStatus{{ok, 10, "HOUR", 0}}, headers: hdr(10, 0)},
-		{name: "shadow 1/1", req: one("trial", "$"), overall: ok,
-			statuses: []wantStatus{{ok, 1, "MINUTE", 0}}, headers: hdr(1, 0)},
-		{name: "shadow over answers OK", req: one("trial", "$"), overall: ok,
-			statuses: []wantStatus{{ok, 1, "MINUTE", 0}}, headers: hdr(1, 0)},
+			statuses: []nodeWantStatus{{ok, 10, "HOUR", 0}}, headers: nodeHdr(10, 0)},
+		{name: "shadow 1/1", req: nodeOne("trial", "$"), overall: ok,
+			statuses: []nodeWantStatus{{ok, 1, "MINUTE", 0}}, headers: nodeHdr(1, 0)},
+		{name: "shadow over answers OK", req: nodeOne("trial", "$"), overall: ok,
+			statuses: []nodeWantStatus{{ok, 1, "MINUTE", 0}}, headers: nodeHdr(1, 0)},
 		{name: "over and shadow together", req: func(v string) nodeRequest {
 			return nodeRequest{Domain: "nodeclient", Descriptors: []nodeDescriptor{
-				{Entries: entries("client", v)}, {Entries: entries("trial", v)}}}
+				{Entries: nodeEntries("client", v)}, {Entries: nodeEntries("trial", v)}}}
 		}, overall: over,
-			statuses: []wantStatus{{over, 3, "MINUTE", 0}, {ok, 1, "MINUTE", 0}}, headers: hdr(3, 0)},
+			statuses: []nodeWantStatus{{over, 3, "MINUTE", 0}, {ok, 1, "MINUTE", 0}}, headers: nodeHdr(3, 0)},
 		{name: "override 1/1", req: func(v string) nodeRequest {
 			return nodeRequest{Domain: "nodeclient", Descriptors: []nodeDescriptor{
-				{Entries: entries("route", v), Limit: &nodeOverride{RequestsPerUnit: 1, Unit: "MINUTE"}}}}
+				{Entries: nodeEntries("route", v), Limit: &nodeOverride{RequestsPerUnit: 1, Unit: "MINUTE"}}}}
 		}, overall: ok,
-			statuses: []wantStatus{{ok, 1, "MINUTE", 0}}, headers: hdr(1, 0)},
+			statuses: []nodeWantStatus{{ok, 1, "MINUTE", 0}}, headers: nodeHdr(1, 0)},
 		{name: "override over", req: func(v string) nodeRequest {
 			return nodeRequest{Domain: "nodeclient", Descriptors: []nodeDescriptor{
-				{Entries: entries("route", v), Limit: &nodeOverride{RequestsPerUnit: 1, Unit: "MINUTE"}}}}
+				{Entries: nodeEntries("route", v), Limit: &nodeOverride{RequestsPerUnit: 1, Unit: "MINUTE"}}}}
 		}, overall: over,
-			statuses: []wantStatus{{over, 1, "MINUTE", 0}}, headers: hdr(1, 0)},
+			statuses: []nodeWantStatus{{over, 1, "MINUTE", 0}}, headers: nodeHdr(1, 0)},
 		{name: "empty domain", req: func(v string) nodeRequest {
-			return nodeRequest{Domain: "", Descriptors: []nodeDescriptor{{Entries: entries("client", v)}}}
+			return nodeRequest{Domain: "", Descriptors: []nodeDescriptor{{Entries: nodeEntries("client", v)}}}
 		}, grpcCode: codes.InvalidArgument},
 	}
 }
@@ -302,34 +302,52 @@ func TestNodeClientMatchesGo(t *testing.T) {
 	}
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
-			addr := startService(t, st.spec(t))
+			addr := startNodeService(t, st.spec(t))
 			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			require.NoError(t, err)
 			t.Cleanup(func() { conn.Close() })
 			goClient := rlsv3.NewRateLimitServiceClient(conn)
 			nodeProc := startNode(t, node, dir, addr)
 
+			// Warm both clients up (process start, connection) on a
+			// descriptor no rule counts, so that each step's two calls
+			// follow each other closely.
+			warm := nodeOne("nothing", "warm-up")("")
+			wctx, wcancel := context.WithTimeout(context.Background(), time.Minute)
+			_, err = goClient.ShouldRateLimit(wctx, warm.toProto(), grpc.WaitForReady(true))
+			wcancel()
+			require.NoError(t, err, "go warm-up")
+			require.Equal(t, codes.OK, nodeProc.ask(t, warm, time.Minute).GRPCCode, "node warm-up")
+
 			// The windows are real minutes: keep the sequence inside one.
-			awayFromMinuteEnd(t, 10*time.Second)
+			nodeAwayFromMinuteEnd(t, 15*time.Second)
+			minute := time.Now().Truncate(time.Minute)
 			for _, step := range nodeSteps() {
+				start := time.Now()
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				resp, err := goClient.ShouldRateLimit(ctx, step.req("go").toProto())
 				cancel()
-				goA := goAnswer(resp, err)
-				nodeA := nodeProc.ask(t, step.req("node"))
-				t.Logf("%-45s go: %s", step.name, compact(goA))
-				checkStep(t, step, goA, nodeA)
+				goA := nodeGoAnswer(resp, err)
+				nodeA := nodeProc.ask(t, step.req("node"), 30*time.Second)
+				gap := time.Since(start)
+				t.Logf("%-45s %4dms go: %s", step.name, gap.Milliseconds(), nodeCompact(goA))
+				nodeCheckStep(t, step, goA, nodeA, gap)
+			}
+			if now := time.Now().Truncate(time.Minute); !now.Equal(minute) {
+				t.Errorf("the sequence ran into the next minute (%v), where the minute windows start anew: any count mismatch above may be that", now.Format(time.TimeOnly))
 			}
 			nodeProc.close(t)
 		})
 	}
 }
 
-// checkStep asserts that Go's and Node's answers are equal, but for the
-// time to reset (within a second), and as step wants.
-func checkStep(t *testing.T, step nodeStep, goA, nodeA nodeAnswer) {
+// nodeCheckStep asserts that Go's and Node's answers are equal, but for the
+// time to reset, and as step wants. gap is how long the two calls took from
+// the start of Go's to the end of Node's: the real clock moves, so the two
+// times to reset may differ by that much, and by a second at least.
+func nodeCheckStep(t *testing.T, step nodeStep, goA, nodeA nodeAnswer, gap time.Duration) {
 	t.Helper()
-	// Reset times: within a second of each other, the real clock moves.
+	tolerance := max(time.Second, gap)
 	g, n := goA, nodeA
 	g.Statuses, n.Statuses = append([]nodeStatus(nil), g.Statuses...), append([]nodeStatus(nil), n.Statuses...)
 	g.Headers, n.Headers = append([]nodeHeader(nil), g.Headers...), append([]nodeHeader(nil), n.Headers...)
@@ -337,24 +355,24 @@ func checkStep(t *testing.T, step nodeStep, goA, nodeA nodeAnswer) {
 		for i := range g.Statuses {
 			gr, nr := g.Statuses[i].ResetMs, n.Statuses[i].ResetMs
 			if assert.Equal(t, gr == nil, nr == nil, "%s: status %d: duration_until_reset set in go, node", step.name, i) && gr != nil {
-				assert.InDelta(t, *gr, *nr, 1000, "%s: status %d: duration_until_reset (ms), go and node", step.name, i)
+				assert.InDelta(t, *gr, *nr, float64(tolerance.Milliseconds()), "%s: status %d: duration_until_reset (ms), go and node", step.name, i)
 			}
 			g.Statuses[i].ResetMs, n.Statuses[i].ResetMs = nil, nil
 		}
 	}
 	if len(g.Headers) == len(n.Headers) {
 		for i := range g.Headers {
-			if g.Headers[i].Key == hdrReset && n.Headers[i].Key == hdrReset {
+			if g.Headers[i].Key == nodeHdrReset && n.Headers[i].Key == nodeHdrReset {
 				gs, err1 := strconv.Atoi(g.Headers[i].Value)
 				ns, err2 := strconv.Atoi(n.Headers[i].Value)
 				if assert.NoError(t, errors.Join(err1, err2), step.name) {
-					assert.InDelta(t, gs, ns, 1, "%s: %s header, go and node", step.name, hdrReset)
+					assert.InDelta(t, gs, ns, math.Ceil(tolerance.Seconds()), "%s: %s header, go and node", step.name, nodeHdrReset)
 				}
 				g.Headers[i].Value, n.Headers[i].Value = "", ""
 			}
 		}
 	}
-	if !assert.Equal(t, g, n, "%s: go and node answers differ\ngo:   %s\nnode: %s", step.name, compact(goA), compact(nodeA)) {
+	if !assert.Equal(t, g, n, "%s: go and node answers differ\ngo:   %s\nnode: %s", step.name, nodeCompact(goA), nodeCompact(nodeA)) {
 		return
 	}
 
@@ -394,25 +412,25 @@ func checkStep(t *testing.T, step nodeStep, goA, nodeA nodeAnswer) {
 		return
 	}
 	if assert.Len(t, goA.Headers, 3, "%s: response headers", step.name) {
-		assert.Equal(t, nodeHeader{hdrLimit, strconv.FormatUint(uint64(step.headers[0]), 10)}, goA.Headers[0], step.name)
-		assert.Equal(t, nodeHeader{hdrRemaining, strconv.FormatUint(uint64(step.headers[1]), 10)}, goA.Headers[1], step.name)
-		assert.Equal(t, hdrReset, goA.Headers[2].Key, step.name)
+		assert.Equal(t, nodeHeader{nodeHdrLimit, strconv.FormatUint(uint64(step.headers[0]), 10)}, goA.Headers[0], step.name)
+		assert.Equal(t, nodeHeader{nodeHdrRemaining, strconv.FormatUint(uint64(step.headers[1]), 10)}, goA.Headers[1], step.name)
+		assert.Equal(t, nodeHdrReset, goA.Headers[2].Key, step.name)
 		secs, err := strconv.Atoi(goA.Headers[2].Value)
 		if assert.NoError(t, err, step.name) {
-			assert.Positive(t, secs, "%s: %s", step.name, hdrReset)
+			assert.Positive(t, secs, "%s: %s", step.name, nodeHdrReset)
 		}
 	}
 }
 
-func compact(a nodeAnswer) string {
+func nodeCompact(a nodeAnswer) string {
 	b, _ := json.Marshal(a)
 	return string(b)
 }
 
-// awayFromMinuteEnd waits out the last margin of the current minute (at
+// nodeAwayFromMinuteEnd waits out the last margin of the current minute (at
 // most margin), so that a short sequence of requests on minute windows
 // does not straddle two.
-func awayFromMinuteEnd(t *testing.T, margin time.Duration) {
+func nodeAwayFromMinuteEnd(t *testing.T, margin time.Duration) {
 	t.Helper()
 	now := time.Now()
 	if left := now.Truncate(time.Minute).Add(time.Minute).Sub(now); left < margin {
@@ -421,10 +439,10 @@ func awayFromMinuteEnd(t *testing.T, margin time.Duration) {
 	}
 }
 
-// startService runs the service in process on store, with nodeConfig and
+// startNodeService runs the service in process on store, with nodeConfig and
 // response headers, on loopback ports, and returns its gRPC address. The
 // service stops when the test ends.
-func startService(t *testing.T, store string) string {
+func startNodeService(t *testing.T, store string) string {
 	t.Helper()
 	cfgDir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(cfgDir, "nodeclient.yaml"), []byte(nodeConfig), 0o644))
@@ -466,23 +484,23 @@ type nodeProcess struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	lines  chan string
-	stderr *lockedBuffer
+	stderr *nodeLockedBuffer
 	cancel context.CancelFunc
 }
 
-// lockedBuffer is a bytes.Buffer safe to read while a process writes it.
-type lockedBuffer struct {
+// nodeLockedBuffer is a bytes.Buffer safe to read while a process writes it.
+type nodeLockedBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (b *lockedBuffer) Write(p []byte) (int, error) {
+func (b *nodeLockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.Write(p)
 }
 
-func (b *lockedBuffer) String() string {
+func (b *nodeLockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
@@ -496,7 +514,7 @@ func startNode(t *testing.T, node, dir, addr string) *nodeProcess {
 	cmd := exec.CommandContext(ctx, node, "client.js", addr)
 	cmd.Dir = dir
 	cmd.WaitDelay = 5 * time.Second
-	p := &nodeProcess{cmd: cmd, lines: make(chan string, 1), stderr: &lockedBuffer{}, cancel: cancel}
+	p := &nodeProcess{cmd: cmd, lines: make(chan string, 1), stderr: &nodeLockedBuffer{}, cancel: cancel}
 	cmd.Stderr = p.stderr
 	var err error
 	p.stdin, err = cmd.StdinPipe()
@@ -519,8 +537,9 @@ func startNode(t *testing.T, node, dir, addr string) *nodeProcess {
 	return p
 }
 
-// ask sends req to the Node.js client and returns its answer.
-func (p *nodeProcess) ask(t *testing.T, req nodeRequest) nodeAnswer {
+// ask sends req to the Node.js client and returns its answer, failing the
+// test when none comes within timeout.
+func (p *nodeProcess) ask(t *testing.T, req nodeRequest, timeout time.Duration) nodeAnswer {
 	t.Helper()
 	b, err := json.Marshal(req)
 	require.NoError(t, err)
@@ -540,8 +559,8 @@ func (p *nodeProcess) ask(t *testing.T, req nodeRequest) nodeAnswer {
 			a.Headers = nil
 		}
 		return a
-	case <-time.After(30 * time.Second):
-		t.Fatalf("node did not answer %s within 30s; its stderr:\n%s", b, p.stderr)
+	case <-time.After(timeout):
+		t.Fatalf("node did not answer %s within %v; its stderr:\n%s", b, timeout, p.stderr)
 	}
 	return nodeAnswer{}
 }
@@ -563,7 +582,7 @@ func (p *nodeProcess) close(t *testing.T) {
 func nodeClient(t *testing.T, npm string) string {
 	t.Helper()
 	work := t.TempDir()
-	require.NoError(t, copyTree(nodeClientDir, work))
+	require.NoError(t, nodeCopyTree(nodeClientDir, work))
 
 	lockName := "package-lock.json"
 	lock, err := os.ReadFile(filepath.Join(work, lockName))
@@ -579,7 +598,7 @@ func nodeClient(t *testing.T, npm string) string {
 	if err != nil {
 		// No cache: install in the copy itself.
 		t.Logf("no user cache directory (%v): installing the node client's packages afresh", err)
-		npmInstall(t, npm, work)
+		nodeNpmInstall(t, npm, work)
 		return work
 	}
 	root := filepath.Join(cache, "throttlekit-node-client")
@@ -594,7 +613,7 @@ func nodeClient(t *testing.T, npm string) string {
 				require.NoError(t, os.WriteFile(filepath.Join(staging, name), b, 0o644))
 			}
 		}
-		npmInstall(t, npm, staging)
+		nodeNpmInstall(t, npm, staging)
 		// Another test process may have got there first: either copy will do.
 		if err := os.Rename(staging, cached); err != nil {
 			if _, statErr := os.Stat(filepath.Join(cached, "node_modules")); statErr != nil {
@@ -606,9 +625,9 @@ func nodeClient(t *testing.T, npm string) string {
 	return work
 }
 
-// npmInstall installs the packages of dir: npm ci from its lock, or npm
+// nodeNpmInstall installs the packages of dir: npm ci from its lock, or npm
 // install when it has none.
-func npmInstall(t *testing.T, npm, dir string) {
+func nodeNpmInstall(t *testing.T, npm, dir string) {
 	t.Helper()
 	args := []string{"ci"}
 	if _, err := os.Stat(filepath.Join(dir, "package-lock.json")); err != nil {
@@ -627,9 +646,9 @@ func npmInstall(t *testing.T, npm, dir string) {
 	t.Logf("npm %s: %v", args[0], time.Since(start).Round(time.Millisecond))
 }
 
-// copyTree copies the regular files under src to dst, leaving out any
+// nodeCopyTree copies the regular files under src to dst, leaving out any
 // node_modules.
-func copyTree(src, dst string) error {
+func nodeCopyTree(src, dst string) error {
 	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
