@@ -262,4 +262,3 @@ func metricValue(tb testing.TB, reg *prometheus.Registry, domain, series string)
 	}
 	return 0
 }
-

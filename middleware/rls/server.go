@@ -637,38 +637,58 @@ func upper(s string) string {
 	return string(b)
 }
 
-// run decides every item that has a policy. Items are decided concurrently,
-// so that a store that batches (Redis) sends them in one round trip. Without
-// WithEnvoyCompat a request is all or nothing: when an enforced item is
-// denied, the units the other enforced items were granted are refunded.
-// Shadow-mode items are decided on their own and never deny the request.
+// run decides every item that has a policy. Items of different counters
+// are decided concurrently, so that a store that batches (Redis) sends them
+// in one round trip; items of one counter (the same descriptor twice in a
+// request) are decided one after the other, in request order, as envoy
+// ratelimit's pipeline counts them. Without WithEnvoyCompat a request is
+// all or nothing: when an enforced item is denied, the units the other
+// enforced items were granted are refunded. Shadow-mode items never deny
+// the request.
 func (s *Server) run(ctx context.Context, items []item) error {
+	// lead[i] is the first item of i's counter; leads lists each counter's
+	// first item.
+	var leadBuf, leadsBuf [8]int
+	lead, leads := leadBuf[:0], leadsBuf[:0]
 	n := 0
-	last := -1
 	for i := range items {
-		if items[i].policy != nil {
-			n++
-			last = i
+		lead = append(lead, i)
+		if items[i].policy == nil {
+			continue
+		}
+		n++
+		for j := range i {
+			if items[j].policy == items[i].policy && items[j].id == items[i].id {
+				lead[i] = lead[j]
+				break
+			}
+		}
+		if lead[i] == i {
+			leads = append(leads, i)
 		}
 	}
-	switch {
-	case n == 0:
+	chain := func(l int) {
+		for i := l; i < len(items); i++ {
+			if items[i].policy != nil && lead[i] == l {
+				s.decideItem(ctx, &items[i])
+			}
+		}
+	}
+	switch len(leads) {
+	case 0:
 		return nil
-	case n == 1:
-		s.decideItem(ctx, &items[last])
+	case 1:
+		chain(leads[0])
 	default:
 		var wg sync.WaitGroup
-		for i := range items {
-			if items[i].policy == nil || i == last {
-				continue
-			}
+		for _, l := range leads[1:] {
 			wg.Add(1)
-			go func(it *item) {
+			go func() {
 				defer wg.Done()
-				s.decideItem(ctx, it)
-			}(&items[i])
+				chain(l)
+			}()
 		}
-		s.decideItem(ctx, &items[last])
+		chain(leads[0])
 		wg.Wait()
 	}
 	for i := range items {
