@@ -3,6 +3,7 @@ module github.com/throttlekit/throttlekit/middleware/rls
 go 1.24.0
 
 require (
+	github.com/Unleash/unleash-client-go/v4 v4.5.0
 	github.com/envoyproxy/go-control-plane/envoy v1.36.0
 	github.com/fsnotify/fsnotify v1.9.0
 	github.com/prometheus/client_golang v1.23.2
@@ -17,7 +18,6 @@ require (
 
 require (
 	github.com/Masterminds/semver/v3 v3.3.1 // indirect
-	github.com/Unleash/unleash-client-go/v4 v4.5.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/bradfitz/gomemcache v0.0.0-20260422231931-4d751bb6e37c // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/Unleash/unleash-client-go/v4"
 	"github.com/redis/go-redis/v9"
 
 	legacybackend "github.com/throttlekit/throttlekit/backend/legacy"
@@ -216,6 +217,9 @@ type UnleashSettings struct {
 	// first answer (0: no wait; the rollout's default side serves until
 	// then).
 	WaitForFirstFetch time.Duration
+	// RefreshInterval is how often the toggle is read again (the Unleash
+	// client's default, 15 s, when 0).
+	RefreshInterval time.Duration
 }
 
 // Rollout opens both stores and the rollout between them.
@@ -244,6 +248,9 @@ func Rollout(rs RolloutSettings, callTimeout time.Duration) (*Store, error) {
 		opts := []unleashflag.Option{unleashflag.WithServer(u.URL, app)}
 		if u.Token != "" {
 			opts = append(opts, unleashflag.WithToken(u.Token))
+		}
+		if u.RefreshInterval > 0 {
+			opts = append(opts, unleashflag.WithClientOptions(unleash.WithRefreshInterval(u.RefreshInterval)))
 		}
 		if u.WaitForFirstFetch > 0 {
 			opts = append(opts, unleashflag.WithWaitForFirstFetch(u.WaitForFirstFetch))

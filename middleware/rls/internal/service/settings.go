@@ -53,11 +53,12 @@ type RolloutYAML struct {
 
 // UnleashYAML names the Unleash toggle of a rollout.
 type UnleashYAML struct {
-	URL    string        `yaml:"url"`
-	App    string        `yaml:"app"`
-	Token  string        `yaml:"token"`
-	Toggle string        `yaml:"toggle"`
-	Wait   time.Duration `yaml:"wait_for_first_fetch"`
+	URL     string        `yaml:"url"`
+	App     string        `yaml:"app"`
+	Token   string        `yaml:"token"`
+	Toggle  string        `yaml:"toggle"`
+	Wait    time.Duration `yaml:"wait_for_first_fetch"`
+	Refresh time.Duration `yaml:"refresh_interval"`
 }
 
 // HeadersYAML names the response headers; present means enabled.
@@ -118,7 +119,7 @@ func (s *Settings) rolloutSettings() *store.RolloutSettings {
 	}
 	rs := &store.RolloutSettings{Old: s.Rollout.Old, New: s.Rollout.New, Mode: s.Rollout.Mode, Percent: s.Rollout.Percent}
 	if u := s.Rollout.Unleash; u != nil {
-		rs.Unleash = &store.UnleashSettings{URL: u.URL, App: u.App, Token: u.Token, Toggle: u.Toggle, WaitForFirstFetch: u.Wait}
+		rs.Unleash = &store.UnleashSettings{URL: u.URL, App: u.App, Token: u.Token, Toggle: u.Toggle, WaitForFirstFetch: u.Wait, RefreshInterval: u.Refresh}
 	}
 	return rs
 }
