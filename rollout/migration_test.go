@@ -621,3 +621,128 @@ func TestSeedMemoryIsBounded(t *testing.T) {
 	}
 	assert.LessOrEqual(t, rb.seeds.len(), 64)
 }
+
+// TestMirrorDisagreementUnderConcurrency: during a rolling change of the
+// percentage, processes still at 0 % and processes already at 100 % decide
+// the same identifiers at the same time, each on its own serving store,
+// and mirror into the other. Every unit granted on either side must reach
+// both stores, so that no window grants more than its limit whichever side
+// decides: 16 goroutines, two processes, real concurrency (memory stores;
+// the clock moves between rounds so windows roll over).
+func TestMirrorDisagreementUnderConcurrency(t *testing.T) {
+	for _, limit := range []string{"20/min", "20/min aligned", "20/min sliding", "20/min gcra"} {
+		t.Run(limit, func(t *testing.T) {
+			clock := throttlertest.NewManualClock(t0)
+			policy := mustPolicy(t, "api", limit)
+			// Stores that take a moment to answer, as a network store does,
+			// so that decisions and their mirrored writes interleave.
+			oldB, newB := &slowStore{memorybackend.New()}, &slowStore{memorybackend.New()}
+			procs := []*throttler.Throttler{
+				testkit.Throttler(t, mustRollout(t, oldB, newB, mustStatic(t, 0), WithMode(MirrorMode)), throttler.WithClock(clock)),
+				testkit.Throttler(t, mustRollout(t, oldB, newB, mustStatic(t, 100), WithMode(MirrorMode)), throttler.WithClock(clock)),
+			}
+			ids := ids(10)
+			var mu sync.Mutex
+			granted := map[string]int{}
+			for round := range 6 {
+				var wg sync.WaitGroup
+				for g := range 16 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := range 40 {
+							id := ids[(g+i)%len(ids)]
+							r, err := procs[(g+i)%2].Allow(context.Background(), policy, id)
+							if !assert.NoError(t, err) {
+								return
+							}
+							if r.Allowed {
+								mu.Lock()
+								granted[fmt.Sprintf("%s@%d", id, round)]++
+								mu.Unlock()
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				clock.Advance(time.Minute + time.Second)
+			}
+			most := 0
+			for key, n := range granted {
+				most = max(most, n)
+				assert.LessOrEqual(t, n, 20, "%s: granted %d of 20 in one window", key, n)
+			}
+			t.Logf("%s: at most %d granted in one window of 20, over %d windows", limit, most, len(granted))
+		})
+	}
+}
+
+// slowStore is an in-process store whose every call first yields for a
+// moment, as a call over the network would.
+type slowStore struct{ *memorybackend.Backend }
+
+func (s *slowStore) Decide(ctx context.Context, req driver.Request) (driver.Outcome, error) {
+	time.Sleep(20 * time.Microsecond)
+	return s.Backend.Decide(ctx, req)
+}
+
+func (s *slowStore) Seed(ctx context.Context, req driver.Request, given []driver.State) (driver.Outcome, error) {
+	time.Sleep(20 * time.Microsecond)
+	return s.Backend.Seed(ctx, req, given)
+}
+
+// gatedStore holds every Seed (a rollout's mirrored write, with seeding
+// off) until release is closed, so that a test decides the order in which
+// decisions and mirrored writes land.
+type gatedStore struct {
+	*memorybackend.Backend
+	release chan struct{}
+	held    chan struct{}
+}
+
+func (s *gatedStore) Seed(ctx context.Context, req driver.Request, given []driver.State) (driver.Outcome, error) {
+	s.held <- struct{}{}
+	<-s.release
+	return s.Backend.Seed(ctx, req, given)
+}
+
+// TestMirrorCountsBothSidesGrants: a process at 0 % and a process at 100 %
+// each grant a unit on their own serving store, and only then do their
+// mirrored writes land: both stores must count both units.
+func TestMirrorCountsBothSidesGrants(t *testing.T) {
+	for _, limit := range []string{"20/min", "20/min aligned", "20/min sliding", "20/min gcra"} {
+		t.Run(limit, func(t *testing.T) {
+			clock := throttlertest.NewManualClock(t0)
+			policy := mustPolicy(t, "api", limit)
+			release := make(chan struct{})
+			held := make(chan struct{}, 2)
+			oldB := &gatedStore{memorybackend.New(), release, held}
+			newB := &gatedStore{memorybackend.New(), release, held}
+			procs := []*throttler.Throttler{
+				testkit.Throttler(t, mustRollout(t, oldB, newB, mustStatic(t, 0), WithMode(MirrorMode), WithSeeding(false)), throttler.WithClock(clock)),
+				testkit.Throttler(t, mustRollout(t, oldB, newB, mustStatic(t, 100), WithMode(MirrorMode), WithSeeding(false)), throttler.WithClock(clock)),
+			}
+			var wg sync.WaitGroup
+			for _, p := range procs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r, err := p.Allow(context.Background(), policy, "id")
+					assert.NoError(t, err)
+					assert.True(t, r.Allowed)
+				}()
+			}
+			<-held
+			<-held // both units granted, both mirrored writes waiting
+			close(release)
+			wg.Wait()
+			for name, store := range map[string]driver.Backend{"old": oldB.Backend, "new": newB.Backend} {
+				out, err := driver.PeekWith(context.Background(), store, driver.Request{
+					Policy: testkit.Compile(t, policy), Identifier: "id", Now: clock.Now()})
+				require.NoError(t, err)
+				assert.Equal(t, int64(2), driver.Evaluate(&testkit.Compile(t, policy).Limits[0], out.States[0], clock.Now(), 0, true).Used,
+					"%s store counts both grants", name)
+			}
+		})
+	}
+}

@@ -69,7 +69,7 @@ func MatchWindow(window time.Duration) Matcher {
 	}
 }
 
-// Option configures a Memcached or a Redis. An option that does not apply
+// Option configures a Memcached, a Redis or an EnvoyRedis. An option that does not apply
 // to the backend it is given to makes its constructor fail with
 // driver.ErrInvalidOption.
 type Option interface {
@@ -148,13 +148,13 @@ func WithNoTTLWindow(d time.Duration) Option {
 	return setOption("WithNoTTLWindow", func(o *options) { o.noTTL = d })
 }
 
-// Deciding makes a Memcached decide in the legacy format as well as read
-// it, so that new code can count in the same place and the same way as the
-// hand-written limiter while old processes still run beside it (a rolling
-// deploy): Decide raises the legacy counter with INCR, denied requests
-// included, and opens a window as the old code does; Seed writes the
-// legacy format. See the package documentation, "Deciding". NewMemcached
-// only.
+// Deciding makes a Memcached or an EnvoyRedis decide in the legacy format
+// as well as read it, so that new code can count in the same place and the
+// same way as the hand-written limiter (or envoy ratelimit) while old
+// processes still run beside it (a rolling deploy): Decide raises the
+// legacy counter, denied requests included, and opens a window as the old
+// code does; Seed writes the legacy format. See the package documentation,
+// "Deciding" and "envoy ratelimit". NewMemcached and NewEnvoyRedis only.
 func Deciding() Option {
 	return setOption("Deciding", func(o *options) { o.deciding = true })
 }

@@ -8,8 +8,9 @@
 //	groups:a=redis://h:p?replica=redis://h:p,b=…    Redis groups (backend/redis/groups)
 //	memcached://host:port,host:port                 memcached servers
 //	envoy+redis://host:port[?prefix=P][&deciding=true]   envoy ratelimit's own counters
+//	envoy+redis+cluster://…, envoy+redis+sentinel://…    the same on a Cluster, through Sentinel
 //
-// The last reads the counters envoy ratelimit keeps in Redis, as the old side
+// The envoy+ specs read the counters envoy ratelimit keeps in Redis, as the old side
 // of a rollout (read-only), or, with deciding=true, counts in them as envoy
 // ratelimit does while its processes still serve beside the service's.
 //

@@ -61,31 +61,12 @@ func Open(spec string, callTimeout time.Duration) (*Store, error) {
 	switch {
 	case spec == "memory":
 		return &Store{Backend: memorybackend.New(), Kind: "memory"}, nil
-	case strings.HasPrefix(spec, "redis://"), strings.HasPrefix(spec, "rediss://"):
-		opts, err := redis.ParseURL(spec)
-		if err != nil {
-			return nil, specError(spec, "%v", redact(err))
-		}
-		opts.ContextTimeoutEnabled = true
-		return redisStore(redis.NewClient(opts), "redis")
-	case strings.HasPrefix(spec, "redis+cluster://"):
-		addrs, user, pass, _, err := hosts(spec, "redis+cluster://")
+	case strings.HasPrefix(spec, "redis"):
+		c, kind, err := redisClient(spec)
 		if err != nil {
 			return nil, err
 		}
-		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: user, Password: pass, ContextTimeoutEnabled: true})
-		return redisStore(c, "redis-cluster")
-	case strings.HasPrefix(spec, "redis+sentinel://"):
-		addrs, user, pass, master, err := hosts(spec, "redis+sentinel://")
-		if err != nil {
-			return nil, err
-		}
-		if master == "" {
-			return nil, specError(spec, "no master name: redis+sentinel://host:port,host:port/MASTER")
-		}
-		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: addrs,
-			Username: user, Password: pass, ContextTimeoutEnabled: true})
-		return redisStore(c, "redis-sentinel")
+		return redisStore(c, kind)
 	case strings.HasPrefix(spec, "groups:"):
 		b, err := redisgroups.Open(strings.TrimPrefix(spec, "groups:"))
 		if err != nil {
@@ -106,12 +87,14 @@ func Open(spec string, callTimeout time.Duration) (*Store, error) {
 			return nil, fmt.Errorf("%w: memcached: %w", ErrInvalidSpec, err)
 		}
 		return &Store{Backend: b, Kind: "memcached", closers: []io.Closer{closerFunc(c.Close)}}, nil
-	case strings.HasPrefix(spec, "envoy+redis://"):
-		u, err := url.Parse(spec)
+	case strings.HasPrefix(spec, "envoy+redis"):
+		// envoy ratelimit's own counters, on any kind of Redis: the spec
+		// after "envoy+" is a Redis spec, less this store's two settings.
+		redisSpec, query, _ := strings.Cut(strings.TrimPrefix(spec, "envoy+"), "?")
+		q, err := url.ParseQuery(query)
 		if err != nil {
-			return nil, specError(spec, "%v", redact(err))
+			return nil, specError(spec, "malformed query")
 		}
-		q := u.Query()
 		prefix := q.Get("prefix")
 		deciding := false
 		if v := q.Get("deciding"); v != "" {
@@ -121,14 +104,13 @@ func Open(spec string, callTimeout time.Duration) (*Store, error) {
 		}
 		q.Del("prefix")
 		q.Del("deciding")
-		u.RawQuery = q.Encode()
-		u.Scheme = "redis"
-		opts, err := redis.ParseURL(u.String())
-		if err != nil {
-			return nil, specError(spec, "%v", redact(err))
+		if len(q) > 0 {
+			redisSpec += "?" + q.Encode()
 		}
-		opts.ContextTimeoutEnabled = true
-		c := redis.NewClient(opts)
+		c, _, err := redisClient(redisSpec)
+		if err != nil {
+			return nil, err
+		}
 		lopts := []legacybackend.Option{legacybackend.WithEnvoyPrefix(prefix)}
 		if deciding {
 			lopts = append(lopts, legacybackend.Deciding())
@@ -141,6 +123,39 @@ func Open(spec string, callTimeout time.Duration) (*Store, error) {
 		return &Store{Backend: b, Kind: "envoy-redis", closers: []io.Closer{c}}, nil
 	}
 	return nil, specError(spec, "unknown store; want memory, redis://, redis+cluster://, redis+sentinel://, groups:, memcached:// or envoy+redis://")
+}
+
+// redisClient opens the Redis client of a redis://, rediss://,
+// redis+cluster:// or redis+sentinel:// spec, with ContextTimeoutEnabled
+// so that commands end at the throttler's call deadline.
+func redisClient(spec string) (redis.UniversalClient, string, error) {
+	switch {
+	case strings.HasPrefix(spec, "redis://"), strings.HasPrefix(spec, "rediss://"):
+		opts, err := redis.ParseURL(spec)
+		if err != nil {
+			return nil, "", specError(spec, "%v", redact(err))
+		}
+		opts.ContextTimeoutEnabled = true
+		return redis.NewClient(opts), "redis", nil
+	case strings.HasPrefix(spec, "redis+cluster://"):
+		addrs, user, pass, _, err := hosts(spec, "redis+cluster://")
+		if err != nil {
+			return nil, "", err
+		}
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: user, Password: pass,
+			ContextTimeoutEnabled: true}), "redis-cluster", nil
+	case strings.HasPrefix(spec, "redis+sentinel://"):
+		addrs, user, pass, master, err := hosts(spec, "redis+sentinel://")
+		if err != nil {
+			return nil, "", err
+		}
+		if master == "" {
+			return nil, "", specError(spec, "no master name: redis+sentinel://host:port,host:port/MASTER")
+		}
+		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: addrs,
+			Username: user, Password: pass, ContextTimeoutEnabled: true}), "redis-sentinel", nil
+	}
+	return nil, "", specError(spec, "unknown Redis spec; want redis://, rediss://, redis+cluster:// or redis+sentinel://")
 }
 
 // redisStore puts the Redis backend over c.

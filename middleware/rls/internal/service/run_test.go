@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
@@ -25,6 +26,7 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -336,6 +338,11 @@ func TestSettings(t *testing.T) {
 	assert.Equal(t, ":9081", s.GRPCAddr)
 	assert.Equal(t, ":9080", s.HTTPAddr)
 	assert.Equal(t, "redis+cluster://:pw@10.1.2.3:6379", s.Store)
+	// In envoy ratelimit's place, its counters are the way in.
+	assert.Equal(t, &RolloutYAML{Old: "envoy+redis+cluster://:pw@10.1.2.3:6379", New: s.Store, Mode: "split", Percent: 100}, s.Rollout)
+	s2, err := ParseFlags(flag.NewFlagSet("t", flag.ContinueOnError), []string{"-store", "memory"}, getenv)
+	require.NoError(t, err)
+	assert.Nil(t, s2.Rollout, "-store chooses the store")
 	require.NotNil(t, s.Headers)
 	assert.Equal(t, "X-RateLimit-Reset", s.Headers.Reset)
 	assert.Equal(t, 0.9, s.NearLimit)
@@ -376,4 +383,40 @@ func writeTemp(t *testing.T, content string) string {
 	p := filepath.Join(t.TempDir(), "settings.yaml")
 	require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
 	return p
+}
+
+// TestStartedInEnvoyRatelimitsPlace: started with envoy ratelimit's
+// environment on the Redis envoy ratelimit used, the service carries every
+// open window from envoy ratelimit's keys: a client's count goes on where
+// envoy ratelimit left it, with the same reset.
+func TestStartedInEnvoyRatelimitsPlace(t *testing.T) {
+	localserver.SkipIfShort(t)
+	r := localserver.RedisT(t, localserver.RedisOptions{})
+	c := redis.NewClient(&redis.Options{Addr: r.Addr()})
+	defer c.Close()
+	root := t.TempDir()
+	dir := filepath.Join(root, "ratelimit", "config")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "svc.yaml"), []byte(strings.ReplaceAll(serviceConfig, "unit: minute, requests_per_unit: 2", "unit: hour, requests_per_unit: 10")), 0o644))
+	// What envoy ratelimit left: 4 hits of client=envoyed in this hour's
+	// window, under its CACHE_KEY_PREFIX.
+	hour := time.Now().Unix() / 3600 * 3600
+	if time.Now().Unix()-hour > 3590 {
+		time.Sleep(11 * time.Second) // not across the hour's end
+		hour = time.Now().Unix() / 3600 * 3600
+	}
+	key := fmt.Sprintf("pfx:svc_client_envoyed_%d", hour)
+	require.NoError(t, c.IncrBy(context.Background(), key, 4).Err())
+	env := map[string]string{"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "REDIS_URL": r.Addr(),
+		"CACHE_KEY_PREFIX": "pfx:", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "HOST": "127.0.0.1", "PORT": "0",
+		"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0"}
+	settings, err := ParseFlags(flag.NewFlagSet("t", flag.ContinueOnError), nil, func(k string) string { return env[k] })
+	require.NoError(t, err)
+	s := start(t, *settings)
+	resp, err := rlsClient(t, s.addrs.GRPC).ShouldRateLimit(context.Background(), request("envoyed"))
+	require.NoError(t, err)
+	st := resp.Statuses[0]
+	assert.Equal(t, uint32(10-4-1), st.LimitRemaining, "the count goes on from envoy ratelimit's")
+	end := time.Unix(hour+3600, 0)
+	assert.WithinDuration(t, end, time.Now().Add(st.DurationUntilReset.AsDuration()), time.Second)
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -40,6 +41,10 @@ type Settings struct {
 	Bounds      BoundsYAML    `yaml:"bounds"`
 	LogLevel    slog.Level    `yaml:"-"`
 	LogLevelStr string        `yaml:"log_level"`
+
+	// envWayIn is the rollout envoy ratelimit's environment implied,
+	// dropped when the file or a flag names the store.
+	envWayIn *RolloutYAML
 }
 
 // RolloutYAML is the rollout block of the settings file.
@@ -189,6 +194,18 @@ func fromEnv(s *Settings, getenv func(string) string) error {
 		default:
 			return fmt.Errorf("%w: REDIS_TYPE=%q: want single, cluster or sentinel", ErrInvalidSettings, getenv("REDIS_TYPE"))
 		}
+		// Started in envoy ratelimit's place, with its environment: the
+		// way in, so that no open window restarts. Each descriptor's first
+		// decision reads envoy ratelimit's counter on the same Redis and
+		// carries it into throttlekit's keys there (a split rollout at
+		// 100 % from envoy ratelimit's keys, read-only). -store, or a
+		// settings file naming a store or a rollout, replaces it.
+		old := "envoy+" + s.Store
+		if p := getenv("CACHE_KEY_PREFIX"); p != "" {
+			old += "?prefix=" + url.QueryEscape(p)
+		}
+		s.Rollout = &RolloutYAML{Old: old, New: s.Store, Mode: "split", Percent: 100}
+		s.envWayIn = s.Rollout
 	}
 	boolEnv := func(name string, dst *bool) error {
 		if v := getenv(name); v != "" {
@@ -257,14 +274,24 @@ func ParseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) (*S
 		return nil, fmt.Errorf("%w: unexpected argument %q", ErrInvalidSettings, fs.Arg(0))
 	}
 	if *settingsFile != "" {
+		// The way in envoy ratelimit's environment implies stays unless
+		// the file names a store or a rollout.
+		envRollout, envStore := s.Rollout, s.Store
+		s.Rollout = nil
 		if err := readFile(&s, *settingsFile); err != nil {
 			return nil, err
+		}
+		if s.Rollout == nil && s.Store == envStore {
+			s.Rollout = envRollout
 		}
 	}
 	set := func(dst *string, v string) {
 		if v != "" {
 			*dst = v
 		}
+	}
+	if *storeSpec != "" && s.Rollout != nil && s.Rollout == s.envWayIn {
+		s.Rollout = nil // -store chose the store
 	}
 	set(&s.ConfigDir, *configDir)
 	set(&s.GRPCAddr, *grpcAddr)
