@@ -495,9 +495,17 @@ func TestEnvoySwapRollingDeploy(t *testing.T) {
 	for _, s := range j.resetChanges {
 		t.Errorf("ResetAt change: %s", s)
 	}
+	// While instances at 0 % and at 100 % decide on different stores
+	// (docs/SPEC.md, Rollout 7), each store counts the other's grants once
+	// their mirrored write lands: a window can grant past its limit only by
+	// the requests in flight on the other store as it fills, at most one per
+	// caller. Outside that overlap, and beyond that bound, an over-grant
+	// fails the test.
 	for _, s := range j.overGrants {
-		t.Errorf("over-grant: %s", s)
+		t.Log("over-grant: " + s)
 	}
+	assert.Equal(t, j.overGrantsTwoPrimaries, len(j.overGrants), "over-grants outside the windows two primaries decided in")
+	assert.LessOrEqual(t, j.maxExcess, envoySwapCallers, "granted past the limit in one window by more than the requests in flight")
 	for _, s := range j.badLimits {
 		t.Errorf("wrong limit: %s", s)
 	}
