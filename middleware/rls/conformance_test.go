@@ -137,7 +137,7 @@ func TestLibraryAndServiceShareCounters(t *testing.T) {
 	backend := redisStore(t)
 	cfg := parse(t, twoRules)
 	f := newFixture(t, backend, cfg)
-	th := testkit.Throttler(t, backend, throttler.WithClock(f.clock))
+	th := testkit.Throttler(t, backend, throttler.WithClock(f.clock), throttler.WithCallTimeout(testkit.CallTimeout))
 	m := cfg.Lookup("d", []config.Entry{{Key: "user", Value: "alice"}})
 	require.NotNil(t, m.Rule)
 	for i := range 5 {

@@ -58,8 +58,8 @@ func TestRolloutMemcachedToGroupsUnderLoad(t *testing.T) {
 	groups := fmt.Sprintf("groups:a=redis://%s,b=redis://%s", ga.Addr(), gb.Addr())
 	// serve starts one service instance over b and returns its client.
 	serve := func(b driver.Backend) rlsv3.RateLimitServiceClient {
-		th := testkit.Throttler(t, b, throttler.WithClock(clock))
-		srv, err := rls.New(th, cfg, rls.WithClock(clock.Now))
+		th := testkit.Throttler(t, b, throttler.WithClock(clock), throttler.WithCallTimeout(testkit.CallTimeout))
+		srv, err := rls.New(th, cfg, rls.WithClock(clock.Now), rls.WithFailureMode(rls.FailError))
 		require.NoError(t, err)
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)

@@ -60,8 +60,11 @@ var aligned = time.Date(2030, 1, 2, 3, 0, 0, 0, time.UTC)
 func newFixture(tb testing.TB, b driver.Backend, cfg *config.Config, opts ...rls.Option) *fixture {
 	tb.Helper()
 	clock := throttlertest.NewManualClock(aligned)
-	th := testkit.Throttler(tb, b, throttler.WithClock(clock))
-	opts = append([]rls.Option{rls.WithClock(clock.Now)}, opts...)
+	// A loaded machine may take longer than the default 100 ms to answer;
+	// a store failure must fail the test, never be decided by the failure
+	// mode (which would make the figures the scheduler's).
+	th := testkit.Throttler(tb, b, throttler.WithClock(clock), throttler.WithCallTimeout(testkit.CallTimeout))
+	opts = append([]rls.Option{rls.WithClock(clock.Now), rls.WithFailureMode(rls.FailError)}, opts...)
 	srv, err := rls.New(th, cfg, opts...)
 	require.NoError(tb, err)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

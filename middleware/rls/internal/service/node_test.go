@@ -451,7 +451,7 @@ func startNodeService(t *testing.T, store string) string {
 	s.Store = store
 	s.GRPCAddr, s.HTTPAddr, s.DebugAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	s.Headers = &HeadersYAML{}
-	s.CallTimeout = time.Second
+	s.CallTimeout = 10 * time.Second
 	s.Shutdown = 2 * time.Second
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 
