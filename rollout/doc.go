@@ -63,35 +63,32 @@
 // meanwhile is opened on each store at its own first request, so clients
 // see the two stores' resets in turn until the disagreement ends; then
 // the serving store keeps its window (driver.Merge never moves an open
-// window's End) and later windows are exact. MirrorMode has no such gap
+// window's End) and later windows are exact. MirrorMode keeps the reset
 // while its stores are reachable, except when two processes that disagree
 // open an identifier's next window on different stores within one
 // mirrored write of each other: each store then keeps its own until the
-// disagreement ends, counted in MirrorDiverged (docs/SPEC.md, Rollout 7).
+// disagreement ends, counted in MirrorDiverged. It narrows the over-grant
+// to about the requests in flight on both stores as a window fills, since
+// a mirrored write merges (keeps the larger count) rather than adds
+// (docs/SPEC.md, Rollout 7): keep disagreements short by changing every
+// process's percentage at once, with a flag rather than a deploy.
 //
-// MirrorMode decides on the serving backend and then writes the other
-// backend, after every decision of cost > 0, allowed or denied, with one
-// Seed: the serving backend's states as they were before the decision are
-// merged in, and the units the decision granted are decided on top. The
-// other backend therefore holds the same windows (same end, same count;
-// same GCRA arrival time) from the first mirrored decision on, whenever
-// mirroring began, even in the middle of open windows, but for one case: a
-// fixed window the other backend already held open with another end keeps
-// its end until it closes, and the next window is the serving backend's.
-// Because granted units are added rather than merged, both stores count
-// the units either one granted, even while processes that disagree on the
-// split (a percentage change reaching them at different moments) decide the
-// same identifier on different stores; what such a disagreement can still
-// cost is the requests in flight on the other store as a window fills
-// (docs/SPEC.md, Rollout 7). Two mirrored writes of one store's decisions
-// that land in the other order than their decisions may leave the other
-// store counting a unit more than the serving one. Stats counts
-// in MirrorDiverged the decisions whose secondary was apart before the
-// write: it rises once per identifier when mirroring begins (once per
-// decision into a window of another end), then falls to zero, which is how a
-// dashboard shows the stores have converged. A secondary that is no
-// driver.Seeder gets the allowed units replayed with an ordinary Decide
-// instead (the behaviour before Seeder): what it cannot
+// MirrorMode decides on the serving backend and then writes the states it
+// decided to the other backend, with a Seed of cost 0, after every decision
+// of cost > 0, allowed or denied. The other backend therefore holds the same
+// windows (same end, same count; same GCRA arrival time) from the first
+// mirrored decision on, whenever mirroring began, even in the middle of
+// open windows, but for one case: a fixed window the other backend
+// already held open with another end keeps its end until it closes (it
+// takes the larger count), and the next window is the serving backend's.
+// A later write never moves an open window's end nor lowers its count (a
+// write from a concurrent process may arrive late). Stats counts in
+// MirrorDiverged the decisions whose secondary was apart before the write:
+// it rises once per identifier when mirroring begins (once per decision
+// into a window of another end), then falls to zero, which is how a
+// dashboard shows the stores have converged. A
+// secondary that is no driver.Seeder gets the allowed units replayed with
+// an ordinary Decide instead (the behaviour before Seeder): what it cannot
 // hold is counted as a shortfall. Mirror mode also seeds before deciding,
 // as split mode does, so that a rollout deployed at a percentage above 0,
 // before the new backend holds anything, keeps the windows of the

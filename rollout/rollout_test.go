@@ -213,17 +213,15 @@ func TestMirrorMovedIdentifierKeepsWindow(t *testing.T) {
 // TestMirrorSecondaryKeepsItsOpenWindow: a secondary that already holds
 // its own open fixed window, with another End than the primary's, keeps
 // that End until it closes (driver.Merge never moves an open window's
-// End) and adds each unit the primary grants to its own count, as far as
-// its limit lets it (a unit it cannot hold is a mirror shortfall); every
-// decision mirrored into it counts in MirrorDiverged, even when the write
-// changes nothing. From the window after, both stores hold the same and
-// the count stops. Timeline (10/min, seeding off so that the primary keeps
-// its own count):
+// End) and takes the larger count at each write; every decision mirrored
+// into it counts in MirrorDiverged, even when the merge changes nothing.
+// From the window after, both stores hold the same and the count stops.
+// Timeline (10/min, seeding off so that the primary keeps its own count):
 //
 //	t0       secondary: 9 units, End t0+60s
 //	t0+10s   primary:   3 units, End t0+70s
-//	t0+20s   +1: primary 4 (t0+70s); secondary 10 (t0+60s)        diverged 1
-//	t0+30s   +1: primary 5 (t0+70s); secondary full, 10 (t0+60s)  diverged 2
+//	t0+20s   +1: primary 4 (t0+70s); secondary stays 9 (t0+60s)   diverged 1
+//	t0+30s   +1: primary 5 (t0+70s); secondary stays 9 (t0+60s)   diverged 2
 //	t0+61s   +1: primary 6 (t0+70s); secondary closed, takes it   diverged 3
 //	t0+62s   +1: primary 7 (t0+70s); secondary 7 (t0+70s)         diverged 3
 func TestMirrorSecondaryKeepsItsOpenWindow(t *testing.T) {
@@ -243,8 +241,8 @@ func TestMirrorSecondaryKeepsItsOpenWindow(t *testing.T) {
 		secondaryEnd            time.Duration
 		mirrorDiverged, mirrors uint64
 	}{
-		{20 * time.Second, 4, 10, time.Minute, 1, 1},
-		{30 * time.Second, 5, 10, time.Minute, 2, 2},
+		{20 * time.Second, 4, 9, time.Minute, 1, 1},
+		{30 * time.Second, 5, 9, time.Minute, 2, 2},
 		{61 * time.Second, 6, 6, 70 * time.Second, 3, 3},
 		{62 * time.Second, 7, 7, 70 * time.Second, 3, 4},
 	} {

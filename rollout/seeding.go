@@ -361,20 +361,11 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
-// carry makes the secondary backend of side count what the primary decided
-// (MirrorMode), in one Seed: the primary's states before this decision are
-// merged in, which leaves the secondary holding the same windows whenever
-// mirroring began, and the units the primary granted (decided, 0 for a
-// denial) are added on top. Adding, not merging the states after the
-// decision, is what keeps two processes that serve an identifier from
-// different stores (one at 0 %, one at 100 %, during a percentage change)
-// from granting a unit twice: each store then counts both processes'
-// grants, where a merge would keep only the larger of two counts that grew
-// apart. When the secondary cannot take the units (a peer's grants filled
-// it first), it is written the primary's states instead, so that it is at
-// least as full, and the units it could not take are a shortfall. carry
-// reports false when the secondary is no Seeder, for the caller to replay
-// instead.
+// carry makes the secondary backend of side hold the states the primary
+// decided (MirrorMode): a Seed of cost 0 with the primary's states, which
+// leaves the secondary holding the same windows whenever mirroring began.
+// decided is the cost the primary charged (0 for a denial). It reports
+// false when the secondary is no Seeder, for the caller to replay instead.
 func (b *Backend) carry(ctx context.Context, side Side, req driver.Request, primary driver.Outcome, decided int64) bool {
 	sd, ok := b.backends[side].(driver.Seeder)
 	if !ok {
@@ -389,28 +380,17 @@ func (b *Backend) carry(ctx context.Context, side Side, req driver.Request, prim
 	given := primary.States
 	write := req
 	write.Cost, write.Buffer = 0, nil
-	var beforeBuf [4]driver.State // policies of up to 4 limits stay on the stack
-	if decided > 0 {
-		before := append(beforeBuf[:0], primary.States...)
-		driver.Refund(req.Policy, req.Now, decided, before)
-		given, write.Cost = before, decided
-	}
 	out, err := sd.Seed(ctx, write, given)
 	if errors.Is(err, errors.ErrUnsupported) {
 		// A decorator whose store cannot take states: replay instead.
 		return false
-	}
-	if err == nil && write.Cost > 0 && !out.Allowed {
-		b.shortfall(decided)
-		write.Cost = 0
-		out, err = sd.Seed(ctx, write, primary.States)
 	}
 	if err != nil {
 		b.secondaryFailed(side, "mirror", err)
 		return true
 	}
 	b.stats.mirrored.Add(1)
-	if diverged(req, out.Prior, primary.States, decided) {
+	if diverged(req, out.Prior, given, decided) {
 		b.stats.mirrorDiverged.Add(1)
 	}
 	return true

@@ -496,11 +496,11 @@ func TestEnvoySwapRollingDeploy(t *testing.T) {
 		t.Errorf("ResetAt change: %s", s)
 	}
 	// While instances at 0 % and at 100 % decide on different stores
-	// (docs/SPEC.md, Rollout 7), each store counts the other's grants once
-	// their mirrored write lands: a window can grant past its limit only by
-	// the requests in flight on the other store as it fills, at most one per
-	// caller. Outside that overlap, and beyond that bound, an over-grant
-	// fails the test.
+	// (docs/SPEC.md, Rollout 7), each writes its states to the other by a
+	// merge, which keeps the larger count: a window that fills meanwhile can
+	// grant past its limit by about the requests in flight on both stores,
+	// at most one per caller. Outside that overlap, and beyond that bound,
+	// an over-grant fails the test.
 	for _, s := range j.overGrants {
 		t.Log("over-grant: " + s)
 	}
