@@ -12,15 +12,20 @@ FUZZTIME ?= 10s
 # `go test ./...` at the root does not descend into them; every target below runs them too.
 MODULES := middleware/grpc middleware/rls observe/otel observe/prometheus examples/observability
 
+# Tests run through internal/testprogress: go test's own lines (ok, FAIL, each failing test's output
+# in full) as each package ends, and a line naming the packages still running, and for how long,
+# whenever 20 s pass without one. It exits with go test's status.
+TESTPROGRESS = $(GO) run ./internal/testprogress
+
 ## test: lint, then every test under the race detector, with real Redis, memcached and Unleash servers (what CI runs)
 test: servers unleash lint
-	$(GO) test -race -count=1 -timeout 30m ./...
-	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test -race -count=1 -timeout 30m ./...); done
+	$(TESTPROGRESS) -label core -list ./... -- $(GO) test -json -race -count=1 -timeout 30m ./...
+	@set -e; for m in $(MODULES); do echo "== $$m"; $(TESTPROGRESS) -label $$m -dir $$m -list ./... -- $(GO) test -json -race -count=1 -timeout 30m ./...; done
 
 ## test-short: unit tests only, no servers (under two minutes)
 test-short:
-	$(GO) test -short -race -count=1 ./...
-	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test -short -race -count=1 ./...); done
+	$(TESTPROGRESS) -label core -list ./... -- $(GO) test -json -short -race -count=1 ./...
+	@set -e; for m in $(MODULES); do echo "== $$m"; $(TESTPROGRESS) -label $$m -dir $$m -list ./... -- $(GO) test -json -short -race -count=1 ./...; done
 
 ## test-unleash: the rollout tests alone, the real Unleash server (PostgreSQL 15, unleash-server on Node 20) included
 test-unleash: unleash

@@ -18,18 +18,18 @@
 // subtest's timelines start from nothing, and windows the last run opened
 // are still open when you run the suite again a minute later. So give each
 // harness a key prefix no other harness, in this run or an earlier one,
-// has used (the subtest's name and a random token), or a flushed server,
-// or a new in-memory store; and have Close delete what the harness wrote
-// when the store lets you, so that test runs do not pile up keys. (That is
-// the test harness's Close: a backend's own Close must never delete stored
-// state, which other processes share.) A test file for a backend outside
-// this repository is about this long:
+// has used (UniquePrefix: the end of the subtest's name and a random
+// token, in letters and digits only, which any store accepts in a key),
+// or a flushed server, or a new in-memory store; and have Close delete
+// what the harness wrote when the store lets you, so that test runs do
+// not pile up keys. (That is the test harness's Close: a backend's own
+// Close must never delete stored state, which other processes share.) A
+// test file for a backend outside this repository is about this long:
 //
 //	package mystore_test
 //
 //	import (
 //		"context"
-//		"crypto/rand"
 //		"testing"
 //
 //		"example.com/mystore"
@@ -58,8 +58,9 @@
 //	func newHarness(ctx context.Context, tb testing.TB) (conformance.Harness, error) {
 //		server := mystore.StartTestServer(tb) // skips when the server is not installed
 //		// Unique to this subtest and this run: a second run against the
-//		// same server finds none of the first run's windows.
-//		prefix := tb.Name() + ":" + rand.Text() + ":"
+//		// same server finds none of the first run's windows. Letters and
+//		// digits only; the separator is the store's own ("." for NATS KV).
+//		prefix := conformance.UniquePrefix(tb) + "."
 //		return &harness{server: server, prefix: prefix}, nil
 //	}
 //

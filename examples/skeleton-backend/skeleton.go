@@ -219,7 +219,10 @@ func (s *Store) Seed(ctx context.Context, req driver.Request, given []driver.Sta
 }
 
 // Reset implements driver.Resetter: it forgets the identifier's states for
-// p's limits.
+// p's limits. The states of limits an earlier definition of p had and p
+// dropped stay, and expire on their own: the map is keyed per limit, and
+// finding them would take a scan of every row (docs/BACKENDS.md, "Close
+// and Reset", says when a backend should forget them too).
 func (s *Store) Reset(ctx context.Context, p *driver.Policy, id string) error {
 	if !p.Valid() {
 		return driver.ErrInvalidPolicy

@@ -73,7 +73,7 @@ func TestRolloutMemcachedToGroupsUnderLoad(t *testing.T) {
 		return rlsv3.NewRateLimitServiceClient(conn)
 	}
 	open := func(spec string) driver.Backend {
-		st, err := store.Open(spec, 0)
+		st, err := store.Open(spec, testkit.CallTimeout)
 		require.NoError(t, err)
 		t.Cleanup(func() { st.Close() })
 		return st.Backend

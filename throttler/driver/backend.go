@@ -18,8 +18,12 @@ type Request struct {
 	// Policy holds the limits to decide, all together.
 	Policy *Policy
 	// Identifier is what is being limited: arbitrary bytes, NUL, braces,
-	// colons and invalid UTF-8 included. EscapeKey turns it into at most
-	// 3 × MaxIdentifierLen safe bytes for stores that need them.
+	// colons and invalid UTF-8 included. A store that keys by one string
+	// encodes it: EscapeKey gives at most 3 × MaxIdentifierLen bytes of
+	// letters, digits and "-._%", enough for Redis, memcached and SQL text;
+	// AlnumKey gives lower-case letters and digits only, for stores that
+	// refuse '%' or treat '.' as a separator (NATS KV) or compare keys
+	// without case. EscapeKey says which store needs which.
 	Identifier string
 	// Cost is the number of units to consume (Decide, Take, Seed) or give
 	// back (Refund). Zero is a peek.

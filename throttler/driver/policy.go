@@ -116,6 +116,8 @@ type Limit struct {
 	// the open window, for every algorithm, named or not (docs/SPEC.md,
 	// Policies redefined 1). Two limits whose keys differ never share
 	// stored state. KeyV1 gives the key of the layout before version 2.
+	// It holds ':' and, from a name, any byte EscapeKey writes ('%', '.'):
+	// a store whose keys refuse those encodes it whole, with AlnumKey.
 	Key string
 }
 
@@ -250,7 +252,8 @@ func formatWindow(d time.Duration) string {
 type Policy struct {
 	// Name is the policy's name.
 	Name string
-	// Key is the name escaped with EscapeKey.
+	// Key is the name escaped with EscapeKey (a store that needs letters
+	// and digits only uses AlnumKey(Name) instead).
 	Key string
 	// Limits holds the limits, in order.
 	Limits []Limit
