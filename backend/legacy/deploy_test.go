@@ -203,6 +203,26 @@ func (tl *deployTally) judge(answers []answer, overlapFrom, overlapTo time.Time)
 // and a second rolling deploy to sc.final, with clients calling
 // throughout, and returns what they saw.
 func runDeploy(t *testing.T, sc deployScenario) deployTally {
+	answers, overlapFrom, overlapTo := runFleet(t, sc)
+	tl := deployTally{byKind: map[string]int{}}
+	for _, a := range answers {
+		tl.judge(a, overlapFrom, overlapTo)
+	}
+	kinds := make([]string, 0, len(tl.byKind))
+	for k, n := range tl.byKind {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+	}
+	sort.Strings(kinds)
+	t.Logf("%d requests (%s), %d allowed, %d errors; %d windows, %d opened during the %v overlap; %d reset changes (%d moved back); %d windows over quota (+%d)",
+		tl.requests, strings.Join(kinds, ", "), tl.allowed, tl.errors, tl.windows, tl.rolledDuringOverlap, overlapTo.Sub(overlapFrom).Round(time.Second),
+		tl.resetChanges, tl.movedBack, tl.overQuota, tl.overGranted)
+	return tl
+}
+
+// runFleet runs the deploy runDeploy describes and returns each client's
+// answers in order, and when the overlap of old and new processes began
+// and ended.
+func runFleet(t *testing.T, sc deployScenario) (answers [][]answer, overlapFrom, overlapTo time.Time) {
 	var f fleet
 	for i := range f.slots {
 		f.slots[i].Store(sc.old(t))
@@ -212,7 +232,7 @@ func runDeploy(t *testing.T, sc deployScenario) deployTally {
 		ids[i] = fmt.Sprintf("user:%d", i)
 	}
 	stop := make(chan struct{})
-	answers := make([][]answer, len(ids))
+	answers = make([][]answer, len(ids))
 	var wg sync.WaitGroup
 	const maxPerClient = 2000 // bounds each client whatever the timing
 	for c := range ids {
@@ -242,9 +262,9 @@ func runDeploy(t *testing.T, sc deployScenario) deployTally {
 		}
 	}
 	const warmUp = 4 * time.Second
-	overlapFrom := start.Add(warmUp)
+	overlapFrom = start.Add(warmUp)
 	replace(sc.mirror, deployOverlap/2, warmUp)
-	overlapTo := time.Now()
+	overlapTo = time.Now()
 	// The processes take the new percentage a second apart, as they would
 	// read a flag server at their own times.
 	rampAt := warmUp + deployOverlap + 2*time.Second
@@ -270,19 +290,7 @@ func runDeploy(t *testing.T, sc deployScenario) deployTally {
 			t.Logf("mirror process %d: %s", i, p.stats())
 		}
 	}
-	tl := deployTally{byKind: map[string]int{}}
-	for _, a := range answers {
-		tl.judge(a, overlapFrom, overlapTo)
-	}
-	kinds := make([]string, 0, len(tl.byKind))
-	for k, n := range tl.byKind {
-		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
-	}
-	sort.Strings(kinds)
-	t.Logf("%d requests (%s), %d allowed, %d errors; %d windows, %d opened during the %v overlap; %d reset changes (%d moved back); %d windows over quota (+%d)",
-		tl.requests, strings.Join(kinds, ", "), tl.allowed, tl.errors, tl.windows, tl.rolledDuringOverlap, overlapTo.Sub(overlapFrom).Round(time.Second),
-		tl.resetChanges, tl.movedBack, tl.overQuota, tl.overGranted)
-	return tl
+	return answers, overlapFrom, overlapTo
 }
 
 // requireUnnoticed checks what clients saw: every window kept its reset
@@ -300,8 +308,15 @@ func requireUnnoticed(t *testing.T, tl deployTally, secondary int64) {
 // handwrittenProcess returns an old process: the hand-written limiter,
 // counting under key.
 func handwrittenProcess(t *testing.T, servers deployServers, key legacybackend.KeyFunc) *process {
+	return handwrittenRounding(t, servers, key, false)
+}
+
+// handwrittenRounding returns an old process: the hand-written limiter,
+// counting under key, rounding its windows' ends down when roundDown is
+// set.
+func handwrittenRounding(t *testing.T, servers deployServers, key legacybackend.KeyFunc, roundDown bool) *process {
 	l := &handwritten.Limiter{Client: memcacheClient(t, servers.memcached), Limit: deployMax, Window: deployWindow,
-		Key: func(id string) string { return key("", id) }}
+		Key: func(id string) string { return key("", id) }, RoundDown: roundDown}
 	return &process{kind: "hand-written", serve: func(id string) answer {
 		d, err := l.Allow(time.Now(), id)
 		return answer{allowed: d.Allowed, resetMs: d.Reset * 1000, err: err, kind: "hand-written"}

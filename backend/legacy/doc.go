@@ -3,9 +3,10 @@
 // the hand-written limiters throttlekit replaces, so that a migration
 // carries their open windows into the new store instead of restarting
 // them. By default its backends are read-only: they answer a peek with the
-// legacy counter as a fixed window, and refuse to decide. A Memcached
-// built with Deciding also decides and takes states in the legacy format,
-// which is how new code serves beside old code during a rolling deploy.
+// legacy counter as a fixed window, and refuse to decide. A Memcached or a
+// Redis built with Deciding also decides and takes states in the legacy
+// format, which is how new code serves beside old code during a rolling
+// deploy.
 //
 // # The way in
 //
@@ -26,6 +27,11 @@
 //	rb, err := rollout.New(old, newStore, src, rollout.WithMode(rollout.MirrorMode))
 //	th, err := throttler.New(rb)
 //
+// From a Redis INCR+EXPIRE limiter the old side is a Redis built by
+// NewRedis with Deciding and WithWindow instead ("Deciding on Redis").
+// From memcached code that writes now.Unix() + window, add
+// WithResetRounding(RoundDown) ("Rounding").
+//
 // docs/MIGRATION.md gives the whole procedure and what was measured. A
 // read-only backend is the old side of a split rollout at 100 % instead
 // (the rollout package's defaults): each identifier's first decision
@@ -41,8 +47,9 @@
 // Unix seconds (WithResetMillis: milliseconds). NewRedis reads a counter
 // key raised with INCR and given a TTL with EXPIRE: its window ends when
 // the key expires, read as the request's now plus the key's PTTL, in whole
-// milliseconds. A Redis key with no TTL is absent (WithNoTTLWindow reads
-// it as a window of the given length from now).
+// milliseconds (with Deciding: the key's PEXPIRETIME, an absolute time). A
+// Redis key with no TTL is absent (WithNoTTLWindow reads it as a window of
+// the given length from now).
 //
 // Both name the counter of a (policy, identifier) pair with a KeyFunc
 // (WithKeyFunc); DefaultKey, "<policy>:<identifier>" escaped and hashed
@@ -86,8 +93,9 @@
 //     so the counter reads the same to it), and is allowed when the count
 //     after it is at most Max;
 //   - otherwise it opens a window: the counter set to the cost, then the
-//     reset key set to now plus the window rounded up to a whole second
-//     (to the millisecond with WithResetMillis), both expiring a few
+//     reset key set to now plus the window rounded as WithResetRounding
+//     says (up to a whole second unless set; down with RoundDown; to the
+//     millisecond with Millis or WithResetMillis), both expiring a few
 //     seconds after the window, as the old code writes them; so a window
 //     the new code opens has the end the old code would have written.
 //
@@ -110,7 +118,8 @@
 // format: a larger count of the same window by CAS on the counter,
 // another window as Decide opens one. The reset key holds whole seconds,
 // so the end of a window the new store opened (in milliseconds) is
-// written rounded up there, for the old code, and exactly under the
+// written rounded up there, for the old code, whatever the rounding
+// setting, and exactly under the
 // counter key plus EndSuffix, which this backend reads back while the
 // reset key still stands for it: moves between the stores keep the exact
 // end. Then the cost is decided as above. None of these steps is atomic
@@ -121,9 +130,88 @@
 // whole: one FixedWindow limit, of the legacy window. Any other policy
 // gives an error wrapping errors.ErrUnsupported: its other limits could
 // not be counted while old processes, which never count them, serve
-// beside the new ones. Add them in a deploy after the way in. NewRedis
-// does not take Deciding: a Redis legacy counter's window end is its TTL,
-// read anew on each call, not a value both codes can share.
+// beside the new ones. Add them in a deploy after the way in. The same
+// holds for a Deciding Redis.
+//
+// # Rounding
+//
+// Hand-written memcached limiters compute a window's end in one of three
+// ways: now plus the window rounded up to a second, rounded down to it
+// (now.Unix() + window, the most common line), or in milliseconds. A
+// Deciding Memcached must open its windows with the old code's end:
+// otherwise a window the new code opens lasts a second longer (or
+// shorter) than the old code's, and when an old and a new process open
+// the same window at once they write ends a second apart, which its
+// clients see as a moving reset. WithResetRounding (RoundUp, RoundDown or
+// Millis) says which; RoundUp is the default.
+//
+// A Deciding Memcached checks the setting against the windows it reads,
+// at no extra round trip. It remembers, per counter (up to 16,384
+// counters), the end of the last window it read or opened there. When it
+// reads a window with another end R, the old one's end E a whole second,
+// the window was opened by a request whose now o was at or after E (the
+// old code, like this backend, opens a window only once the previous one
+// has ended, by its own clock) and no later than when this read was
+// served. If the read was served before E plus one second, less 100 ms
+// for the clocks of old and new processes to disagree, o lay within the
+// second after E, where now plus a window of whole seconds W ends at
+// exactly E+W rounded down and at E+W+1s rounded up. So R = E+W shows
+// RoundDown, R = E+W+1s shows RoundUp, and anything else shows nothing.
+// Windows a Deciding Memcached opened are left out (the read finds the
+// opening lock it took, OpeningSuffix and E), as are windows given with
+// an exact end (EndSuffix) and windows not of whole seconds. With Millis,
+// an open window whose reset value, read as Unix seconds, would end within
+// a window and a second of now shows old code writing seconds. Each
+// window that shows a rounding is counted in Stats.RoundingChecked, and in
+// Stats.RoundingMismatched when it is not the configured one; the first
+// mismatch is logged as a warning. In a rolling deploy the new processes
+// read most windows the old code opens within a second of their start
+// (each identifier's requests spread over old and new processes), so a
+// wrong setting shows at once. What can mislead it: a request whose now
+// is exactly E, to the nanosecond (rounding up then ends its window at
+// E+W too: a synthetic clock, not a real one); clocks further apart than
+// 100 ms; and a counter evicted in the second before its window's end,
+// then reopened early. Each counts one window; a wrong setting counts
+// nearly every window the old code opens.
+//
+// # Deciding on Redis
+//
+// A Redis built with Deciding (and WithWindow, the TTL the old code gives
+// a new counter) decides as the hand-written INCR+EXPIRE limiter does, in
+// its keys, in one script per decision (Redis 7.0 or later: it reads
+// PEXPIRETIME):
+//
+//   - INCRBY of the cost, denied or not (the old code counts denied
+//     requests), allowed when the count after it is at most Max;
+//   - when that INCRBY created the counter (the window opens, as when the
+//     old code's INCR returns 1), PEXPIRE of the window;
+//   - the window's end is the counter's PEXPIRETIME, an absolute time
+//     set once when the window opened: every decision and peek of a new
+//     process reports that end, to the millisecond, however late in the
+//     window it reads it. The old code's own reset (now plus a TTL read
+//     anew, often in whole seconds) wobbles around it; the old processes
+//     keep that behaviour, the new ones never move.
+//
+// A counter with no TTL (the old code's EXPIRE lost, or not sent yet) is
+// given one when the new code counts in it: WithNoTTLWindow's length, or
+// the window's. A counter whose expiry is at or before the request's now
+// (the process's clock ahead of the server's) is an ended window: it is
+// deleted and the next one opened, rather than counted in and reported
+// closed. Both clocks count: the server's says when a key expires, the
+// process's which windows have ended; keep them in step, as the old code
+// needs too.
+//
+// Seed merges the given state into the counter by driver.Merge's rule in
+// the same script, then counts the cost: a larger count of the window the
+// counter holds is written with its TTL kept (SET ... KEEPTTL); a given
+// window open at the request's now, when the counter holds none, is
+// written with its end exactly (SET ... PXAT); a closed given window is
+// ignored, and so is an empty one unless a cost is counted in it. The
+// cost is then counted as Decide counts it, denied or not. What stays
+// racy is the old code's own: its INCR and EXPIRE are two round trips, so
+// a new process counting in between gives the counter its TTL and the
+// old code's EXPIRE then sets it again, a moment later. A client whose
+// requests do not overlap never races itself.
 //
 // # Unmatched policies
 //
@@ -141,12 +229,16 @@
 // A peek is one round trip: a multi-get of the two memcached keys (three
 // with Deciding), or one MULTI of GET and PTTL on Redis. A deciding call
 // is a multi-get then an INCR, or a conditional write and a set when it
-// opens a window. A policy the matcher picks no limit of, or a key
+// opens a window. A deciding call or a Seed on Redis is one script (and a
+// second round trip, with the script's text, on a server that had not
+// loaded it); a peek of a Deciding Redis is one MULTI of GET and
+// PEXPIRETIME. A policy the matcher picks no limit of, or a key
 // function returning "", costs none. A call returns once its context is
 // done, leaving the round trip under way to end by the client's own
 // timeouts. Stats counts reads, legacy windows found, malformed values and
 // unmatched calls, and for a Deciding backend its decisions, the windows
-// it opened, its seeds and its raced attempts: when Found stops growing
+// it opened, its seeds, its raced attempts and the rounding check's
+// findings: when Found stops growing
 // for a horizon, the legacy store is no longer needed.
 //
 // # envoy ratelimit

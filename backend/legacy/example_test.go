@@ -79,3 +79,52 @@ func Example() {
 	st := old.Stats()
 	fmt.Printf("decided in the legacy keys: %d, unmatched: %d\n", st.Decided, st.Unmatched)
 }
+
+// ExampleNewRedis is the way in from a hand-written Redis limiter (INCR
+// of "rl:<user>", EXPIRE of a minute when the INCR returned 1): while old
+// processes may still count, the new code counts in their keys as they
+// do, reading each window's end as the key's absolute expiry, with the
+// new store written alongside (mirror mode at 0 %); once they are gone,
+// the percentage goes to 100. It needs Redis 7.0 or later, and has no
+// checked output: it needs Redis servers.
+func ExampleNewRedis() {
+	legacy := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+	defer legacy.Close()
+	old, err := legacybackend.NewRedis(legacy,
+		legacybackend.Deciding(),
+		legacybackend.WithWindow(time.Minute), // what the old code gives EXPIRE
+		legacybackend.WithKeyFunc(func(_, identifier string) string { return "rl:" + identifier }))
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	rdb := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6380", ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	store, err := redisbackend.New(rdb, redisbackend.WithPrefix("api:"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	src, err := rollout.NewStaticSource(0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	rb, err := rollout.New(old, store, src, rollout.WithMode(rollout.MirrorMode))
+	if err != nil {
+		log.Fatal(err)
+	}
+	th, err := throttler.New(rb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	policy, err := throttler.ParsePolicy("api", "60/min")
+	if err != nil {
+		log.Fatal(err)
+	}
+	r, err := th.Allow(context.Background(), policy, "user:42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	// ResetAt is the legacy key's PEXPIRETIME: the same for every answer
+	// of the window.
+	fmt.Printf("allowed=%v reset=%s\n", r.Allowed, r.ResetAt.Format(time.RFC3339Nano))
+}

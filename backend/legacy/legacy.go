@@ -92,6 +92,7 @@ type options struct {
 	key         KeyFunc
 	match       Matcher
 	resetMillis bool
+	rounding    ResetRounding
 	window      time.Duration
 	noTTL       time.Duration
 	deciding    bool
@@ -123,17 +124,74 @@ func WithMatcher(m Matcher) Option {
 }
 
 // WithResetMillis reads the memcached reset key as Unix milliseconds
-// instead of Unix seconds. NewMemcached only.
+// instead of Unix seconds: the same as WithResetRounding(Millis).
+// NewMemcached only.
 func WithResetMillis() Option {
 	return setOption("WithResetMillis", func(o *options) { o.resetMillis = true })
+}
+
+// ResetRounding says how the hand-written memcached limiter computes the
+// end of a window it opens, which a Deciding Memcached must compute alike
+// so that a window either of them opens ends at the same moment.
+type ResetRounding int
+
+const (
+	// RoundUp is the end in Unix seconds, the request's now plus the
+	// window rounded up to a whole second: what code that writes
+	// now.Add(window) rounded up to the next second does. The default.
+	RoundUp ResetRounding = iota + 1
+	// RoundDown is the end in Unix seconds rounded down: what code that
+	// writes now.Unix() + window (time.Now().Unix() + 60, the most common
+	// form) or now.Add(window).Unix() does.
+	RoundDown
+	// Millis is the end in Unix milliseconds (now plus the window, to the
+	// millisecond): what code that writes now.UnixMilli() + window does.
+	// The reset key is then read as milliseconds too, as WithResetMillis
+	// reads it.
+	Millis
+)
+
+// String returns the rounding's name: "RoundUp", "RoundDown" or "Millis".
+func (r ResetRounding) String() string {
+	switch r {
+	case RoundUp:
+		return "RoundUp"
+	case RoundDown:
+		return "RoundDown"
+	case Millis:
+		return "Millis"
+	}
+	return "ResetRounding(" + strconv.Itoa(int(r)) + ")"
+}
+
+// WithResetRounding says how the hand-written memcached limiter computes
+// the end of a window it opens (RoundUp unless set; Millis is the same as
+// WithResetMillis): a Deciding Memcached opens windows with the same end.
+// Give the rounding of the old code's own line, now.Unix() + window being
+// RoundDown. A Deciding Memcached checks it against the legacy keys it
+// reads: a window the old code opened whose end shows another rounding is
+// counted in Stats.RoundingMismatched and logged once (see the package
+// documentation, "Rounding"). NewMemcached only; any other value than the
+// three constants, or RoundDown with a window shorter than a second, is an
+// error wrapping driver.ErrInvalidOption.
+func WithResetRounding(r ResetRounding) Option {
+	return optionFunc(func(o *options) error {
+		if r != RoundUp && r != RoundDown && r != Millis {
+			return driver.Errorf("%w: legacy: WithResetRounding(%v): want RoundUp, RoundDown or Millis", driver.ErrInvalidOption, r)
+		}
+		o.rounding = r
+		o.mark("WithResetRounding")
+		return nil
+	})
 }
 
 // WithWindow sets the window the legacy Redis code gives its counters
 // with EXPIRE, so that the default matcher picks the FixedWindow limit of
 // that window (MatchWindow(d)). Without it the first FixedWindow limit of
-// each policy is picked, which is right for policies with one. It must be
-// MinWindow to MaxWindow, in whole milliseconds. NewRedis only: memcached
-// takes its window as an argument.
+// each policy is picked, which is right for policies with one. A Deciding
+// Redis needs it: it is the TTL a window the new code opens is given. It
+// must be MinWindow to MaxWindow, in whole milliseconds. NewRedis only:
+// memcached takes its window as an argument.
 func WithWindow(d time.Duration) Option {
 	return setOption("WithWindow", func(o *options) { o.window = d })
 }
@@ -142,26 +200,28 @@ func WithWindow(d time.Duration) Option {
 // EXPIRE never ran, say after a crash between INCR and EXPIRE) as a window
 // ending d after the request's now, instead of as absent. The legacy code
 // would count such a key forever; this bounds what the new store takes
-// from it to one window. d must be MinWindow to MaxWindow, in whole
-// milliseconds. NewRedis only.
+// from it to one window. A Deciding Redis gives such a key a TTL when it
+// counts in it: d, or the window of WithWindow without this option. d must
+// be MinWindow to MaxWindow, in whole milliseconds. NewRedis only.
 func WithNoTTLWindow(d time.Duration) Option {
 	return setOption("WithNoTTLWindow", func(o *options) { o.noTTL = d })
 }
 
-// Deciding makes a Memcached or an EnvoyRedis decide in the legacy format
-// as well as read it, so that new code can count in the same place and the
-// same way as the hand-written limiter (or envoy ratelimit) while old
-// processes still run beside it (a rolling deploy): Decide raises the
-// legacy counter, denied requests included, and opens a window as the old
-// code does; Seed writes the legacy format. See the package documentation,
-// "Deciding" and "envoy ratelimit". NewMemcached and NewEnvoyRedis only.
+// Deciding makes a Memcached, a Redis or an EnvoyRedis decide in the
+// legacy format as well as read it, so that new code can count in the
+// same place and the same way as the hand-written limiter (or envoy
+// ratelimit) while old processes still run beside it (a rolling deploy):
+// Decide raises the legacy counter, denied requests included, and opens a
+// window as the old code does; Seed writes the legacy format. NewRedis
+// needs WithWindow with it. See the package documentation, "Deciding",
+// "Deciding on Redis" and "envoy ratelimit".
 func Deciding() Option {
 	return setOption("Deciding", func(o *options) { o.deciding = true })
 }
 
 // WithLogger sets where the backend logs its warnings (a policy none of
-// whose limits the legacy window matches, once per policy); nil logs
-// nothing. It wins over SetLogger: with it, throttler.WithLogger leaves
+// whose limits the legacy window matches, once per policy; a legacy
+// rounding other than the one configured, once); nil logs nothing. It wins over SetLogger: with it, throttler.WithLogger leaves
 // this backend's logger alone. Without it, the backend logs to
 // slog.Default() until SetLogger is called.
 func WithLogger(l *slog.Logger) Option {
@@ -181,8 +241,26 @@ func buildOptions(backend string, opts []Option, notFor ...string) (options, err
 		}
 	}
 	for _, name := range notFor {
-		if o.set[name] {
-			return options{}, driver.Errorf("%w: legacy: %s does not apply to %s", driver.ErrInvalidOption, name, backend)
+		// WithResetRounding is the general form of WithResetMillis: a
+		// backend that refuses one refuses both.
+		for _, n := range append([]string{name}, impliedRefusals[name]...) {
+			if o.set[n] {
+				return options{}, driver.Errorf("%w: legacy: %s does not apply to %s", driver.ErrInvalidOption, n, backend)
+			}
+		}
+	}
+	if o.set["WithResetRounding"] {
+		switch {
+		case o.rounding == Millis:
+			o.resetMillis = true
+		case o.resetMillis:
+			return options{}, driver.Errorf("%w: legacy: WithResetMillis and WithResetRounding(%v) disagree", driver.ErrInvalidOption, o.rounding)
+		}
+	}
+	if o.rounding == 0 {
+		o.rounding = RoundUp
+		if o.resetMillis {
+			o.rounding = Millis
 		}
 	}
 	switch {
@@ -203,6 +281,10 @@ func buildOptions(backend string, opts []Option, notFor ...string) (options, err
 	}
 	return o, nil
 }
+
+// impliedRefusals names, for an option a constructor refuses, the options
+// that it refuses with it.
+var impliedRefusals = map[string][]string{"WithResetMillis": {"WithResetRounding"}}
 
 // checkWindow refuses a window no limit could have.
 func checkWindow(what string, d time.Duration) error {
@@ -228,7 +310,7 @@ type Stats struct {
 	// count that grows for a policy the legacy limiter counted means the
 	// legacy window given to the backend is not the legacy limiter's.
 	Unmatched uint64
-	// Decided counts decisions a Deciding Memcached made in the legacy
+	// Decided counts decisions a Deciding backend made in the legacy
 	// store; Opened those of them that opened a window there.
 	Decided, Opened uint64
 	// Seeded counts Seed calls that wrote a window into the legacy store,
@@ -238,18 +320,28 @@ type Stats struct {
 	// another writer changed the legacy keys between its read and its
 	// write (a CAS conflict, an add that found the key).
 	Contended uint64
+	// RoundingChecked counts the windows a Deciding Memcached read whose
+	// end told how their opener rounded it (see the package
+	// documentation, "Rounding"); RoundingMismatched those of them that
+	// showed another rounding than the one configured
+	// (WithResetRounding). The first mismatch is logged as a warning. A
+	// count that grows means that windows the old code opens and windows
+	// the new code opens end at different moments: fix the setting.
+	RoundingChecked, RoundingMismatched uint64
 }
 
 // counters holds the Stats of one backend.
 type counters struct {
-	reads, found, malformed, unmatched atomic.Uint64
-	decided, opened, seeded, contended atomic.Uint64
+	reads, found, malformed, unmatched  atomic.Uint64
+	decided, opened, seeded, contended  atomic.Uint64
+	roundingChecked, roundingMismatched atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
 	return Stats{
 		Reads: c.reads.Load(), Found: c.found.Load(), Malformed: c.malformed.Load(), Unmatched: c.unmatched.Load(),
 		Decided: c.decided.Load(), Opened: c.opened.Load(), Seeded: c.seeded.Load(), Contended: c.contended.Load(),
+		RoundingChecked: c.roundingChecked.Load(), RoundingMismatched: c.roundingMismatched.Load(),
 	}
 }
 

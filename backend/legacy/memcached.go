@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -15,7 +17,8 @@ import (
 // Memcached reads the counters of a hand-written memcached limiter in the
 // classic layout: a counter key holding a decimal count, raised with INCR,
 // and the counter key plus ResetSuffix holding the end of its window in
-// Unix seconds (or milliseconds, WithResetMillis). It implements
+// Unix seconds (or milliseconds, WithResetMillis or
+// WithResetRounding(Millis)). It implements
 // driver.Backend, driver.Peeker, driver.Pinger and driver.LoggerSetter.
 // Built with Deciding, it also decides and takes states (driver.Seeder) in
 // that layout; otherwise it never writes. It is safe for concurrent use.
@@ -23,7 +26,12 @@ type Memcached struct {
 	reader
 	client      *memcache.Client
 	resetMillis bool
+	rounding    ResetRounding
 	deciding    bool
+	// ends holds the last window end read or written per counter, for
+	// the rounding check; roundingWarned says its warning was logged.
+	ends           endMemory
+	roundingWarned atomic.Bool
 }
 
 var (
@@ -61,9 +69,10 @@ const maxAttempts = 8
 
 // NewMemcached returns a backend over the legacy counters client holds,
 // whose windows last window: read-only unless Deciding is given. Options:
-// WithKeyFunc, WithMatcher, WithResetMillis, Deciding, WithLogger. The
-// client stays the caller's: its Timeout bounds each round trip
-// (gomemcache takes no context). The error wraps driver.ErrInvalidOption.
+// WithKeyFunc, WithMatcher, WithResetMillis, WithResetRounding, Deciding,
+// WithLogger. The client stays the caller's: its Timeout bounds each
+// round trip (gomemcache takes no context). The error wraps
+// driver.ErrInvalidOption.
 func NewMemcached(client *memcache.Client, window time.Duration, opts ...Option) (*Memcached, error) {
 	if client == nil {
 		return nil, driver.Errorf("%w: legacy: nil memcached client", driver.ErrInvalidOption)
@@ -75,6 +84,9 @@ func NewMemcached(client *memcache.Client, window time.Duration, opts ...Option)
 	if err != nil {
 		return nil, err
 	}
+	if o.rounding == RoundDown && window < time.Second {
+		return nil, driver.Errorf("%w: legacy: RoundDown needs a window of a second or more: a window of %v rounded down can end before it opens", driver.ErrInvalidOption, window)
+	}
 	if o.match == nil {
 		o.match = MatchWindow(window)
 	}
@@ -82,6 +94,7 @@ func NewMemcached(client *memcache.Client, window time.Duration, opts ...Option)
 		reader:      reader{name: "memcached", window: window, key: o.key, match: o.match},
 		client:      client,
 		resetMillis: o.resetMillis,
+		rounding:    o.rounding,
 		deciding:    o.deciding,
 	}
 	m.initLog(o)
@@ -120,8 +133,8 @@ func (m *Memcached) SetLogger(l *slog.Logger) {
 // cost with INCR, denied or not, and the request is allowed when the count
 // after it is at most the limit's Max; when no window is open, a new one
 // is opened with the count set to the cost and the reset key to now plus
-// the window, rounded up to the second (the millisecond, WithResetMillis).
-// A policy the legacy counter cannot hold alone (none of its limits
+// the window, rounded as WithResetRounding says (up to the second unless
+// set). A policy the legacy counter cannot hold alone (none of its limits
 // matches, or it has other limits) gives an error wrapping
 // errors.ErrUnsupported.
 func (m *Memcached) Decide(ctx context.Context, req driver.Request) (driver.Outcome, error) {
@@ -134,11 +147,12 @@ func (m *Memcached) Decide(ctx context.Context, req driver.Request) (driver.Outc
 	if !m.deciding {
 		return driver.Outcome{}, m.refuse(req)
 	}
+	start := time.Now()
 	i, key, err := m.writable(ctx, req, nil)
 	if err != nil {
 		return driver.Outcome{}, err
 	}
-	return m.decide(ctx, req, i, key)
+	return m.decide(ctx, req, i, key, start)
 }
 
 // writable runs the checks Decide and Seed share before any round trip
@@ -203,6 +217,7 @@ func (m *Memcached) Peek(ctx context.Context, req driver.Request) (driver.Outcom
 	if err := m.check(ctx, req); err != nil {
 		return driver.Outcome{}, err
 	}
+	start := time.Now()
 	i, key := m.target(req.Policy, req.Identifier)
 	if i < 0 {
 		return m.outcome(req, -1, driver.State{}), nil
@@ -214,6 +229,7 @@ func (m *Memcached) Peek(ctx context.Context, req driver.Request) (driver.Outcom
 	if err != nil {
 		return driver.Outcome{}, err
 	}
+	m.observe(key, w, req.Now.UnixMilli(), start)
 	return m.outcome(req, i, w.state(req.Now.UnixMilli())), nil
 }
 
@@ -228,6 +244,10 @@ type stored struct {
 	hasReset bool
 	// exact says the end came from the EndSuffix key.
 	exact bool
+	// newOpener is the end of the window last seen for this counter
+	// (endMemory) when the read found that window's opening lock: a
+	// Deciding Memcached, not the old code, opened the window after it.
+	newOpener int64
 }
 
 // open reports a window that the hand-written limiter would count in at
@@ -250,8 +270,16 @@ func (s stored) state(nowMs int64) driver.State {
 func (m *Memcached) read(ctx context.Context, key string) (stored, error) {
 	resetKey, endKey := key+ResetSuffix, key+EndSuffix
 	keys := []string{key, resetKey}
+	var lockKey string
+	var lockEnd int64
 	if m.deciding && !m.resetMillis {
 		keys = append(keys, endKey)
+		if prev, ok := m.ends.get(key); ok && prev > 0 {
+			// For the rounding check: did a new process open the window
+			// after the one seen last?
+			lockKey, lockEnd = openingKey(key, stored{endMs: prev}), prev
+			keys = append(keys, lockKey)
+		}
 	}
 	m.stats.reads.Add(1)
 	items, err := await(ctx, func() (map[string]*memcache.Item, error) { return m.client.GetMulti(keys) })
@@ -259,6 +287,9 @@ func (m *Memcached) read(ctx context.Context, key string) (stored, error) {
 		return stored{}, driver.Errorf("throttlekit: legacy: memcached: get %q: %w", key, err)
 	}
 	var s stored
+	if lockKey != "" && items[lockKey] != nil {
+		s.newOpener = lockEnd
+	}
 	if s.counter = items[key]; s.counter != nil {
 		var ok bool
 		if s.count, ok = parseCount(string(s.counter.Value)); !ok {
@@ -294,16 +325,19 @@ func (m *Memcached) legacyEnd(endMs int64) (string, int64) {
 
 // opening returns the end of a window opened at now, in Unix
 // milliseconds, exactly as the hand-written limiter computes it: now plus
-// the window, rounded up to the second (to the millisecond with
-// WithResetMillis).
+// the window, rounded up to the second (RoundUp), down to it (RoundDown:
+// now.Unix() + window) or up to the millisecond (Millis).
 func (m *Memcached) opening(now time.Time) int64 {
 	end := now.Add(m.window)
-	if m.resetMillis {
+	switch {
+	case m.resetMillis:
 		ms := end.UnixMilli()
 		if end.Nanosecond()%int(time.Millisecond) != 0 {
 			ms++
 		}
 		return ms
+	case m.rounding == RoundDown:
+		return end.Unix() * 1000
 	}
 	sec := end.Unix()
 	if end.Nanosecond() != 0 {
@@ -334,7 +368,7 @@ func raced(err error) bool {
 // the hand-written limiter's steps, with the window-opening write made
 // conditional (add or CAS on the counter) so that two new processes never
 // both open a window.
-func (m *Memcached) decide(ctx context.Context, req driver.Request, i int, key string) (driver.Outcome, error) {
+func (m *Memcached) decide(ctx context.Context, req driver.Request, i int, key string, start time.Time) (driver.Outcome, error) {
 	nowMs := req.Now.UnixMilli()
 	var lost time.Time // when a write of this call last lost a race
 	for range maxAttempts {
@@ -342,6 +376,7 @@ func (m *Memcached) decide(ctx context.Context, req driver.Request, i int, key s
 		if err != nil {
 			return driver.Outcome{}, err
 		}
+		m.observe(key, s, nowMs, start)
 		var state driver.State
 		if s.open(nowMs) {
 			n, err := await(ctx, func() (uint64, error) { return m.client.Increment(key, uint64(req.Cost)) })
@@ -448,6 +483,7 @@ func (m *Memcached) openWindow(ctx context.Context, key string, s stored, used, 
 	if err != nil {
 		return false, driver.Errorf("throttlekit: legacy: memcached: open a window in %q: %w", key, err)
 	}
+	m.ends.swap(key, endMs)
 	return true, m.writeEnd(ctx, key, s, endMs, ttl)
 }
 
@@ -500,9 +536,10 @@ func (m *Memcached) writeEnd(ctx context.Context, key string, s stored, endMs in
 // writes the result in the legacy format when the merge changed it: a
 // larger count of the same window by CAS on the counter; another window
 // as the backend opens one (add or CAS on the counter, then the reset
-// key, rounded up to the second, with the exact end under EndSuffix when
-// it is not a whole second). It then decides req.Cost as Decide does.
-// Outcome.Prior holds the window read first. The read, the writes and the
+// key, rounded up to the second whatever WithResetRounding says, with the
+// exact end under EndSuffix when it is not a whole second). It then
+// decides req.Cost as Decide does. Outcome.Prior holds the window read
+// first. The read, the writes and the
 // decision are separate round trips, retried from a fresh read when
 // another writer raced them: a Seed is not atomic against the
 // hand-written limiter's own writes (see the package documentation).
@@ -516,6 +553,7 @@ func (m *Memcached) Seed(ctx context.Context, req driver.Request, given []driver
 	if given == nil {
 		given = []driver.State{}
 	}
+	start := time.Now()
 	i, key, err := m.writable(ctx, req, given)
 	if err != nil {
 		return driver.Outcome{}, err
@@ -528,6 +566,7 @@ func (m *Memcached) Seed(ctx context.Context, req driver.Request, given []driver
 		if err != nil {
 			return driver.Outcome{}, err
 		}
+		m.observe(key, s, nowMs, start)
 		held := s.state(nowMs)
 		merged := []driver.State{held}
 		if driver.Merge(p, req.Now, merged, given) && merged[0] != held {
@@ -544,7 +583,7 @@ func (m *Memcached) Seed(ctx context.Context, req driver.Request, given []driver
 		}
 		prior := []driver.State{held}
 		if req.Cost > 0 {
-			out, err := m.decide(ctx, req, i, key)
+			out, err := m.decide(ctx, req, i, key, start)
 			out.Prior = prior
 			return out, err
 		}
@@ -618,4 +657,108 @@ func (m *Memcached) Ping(ctx context.Context) error {
 		return driver.Errorf("throttlekit: legacy: memcached: ping: %w", err)
 	}
 	return nil
+}
+
+// endMemory remembers the last window end a Deciding Memcached read or
+// wrote per counter key, for the rounding check: at most
+// maxRememberedEnds keys, forgotten all at once when full.
+type endMemory struct {
+	mu   sync.Mutex
+	ends map[string]int64
+}
+
+// maxRememberedEnds bounds the keys an endMemory holds.
+const maxRememberedEnds = 1 << 14
+
+// get returns key's last window end recorded.
+func (e *endMemory) get(key string) (int64, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	end, ok := e.ends[key]
+	return end, ok
+}
+
+// swap records end as key's last window end and returns the one recorded
+// before, if any.
+func (e *endMemory) swap(key string, end int64) (int64, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	prev, ok := e.ends[key]
+	switch {
+	case e.ends == nil:
+		e.ends = make(map[string]int64)
+	case !ok && len(e.ends) >= maxRememberedEnds:
+		clear(e.ends)
+	}
+	e.ends[key] = end
+	return prev, ok
+}
+
+// roundingSkew is how far apart the clocks of the old and the new
+// processes may be for the rounding check to stay sound.
+const roundingSkew = 100 * time.Millisecond
+
+// observe runs the rounding check on what a Deciding Memcached read of a
+// counter at nowMs, in a call that started at start (see the package
+// documentation, "Rounding"). In seconds (RoundUp, RoundDown): when the
+// window read is not the one last seen for the key, which ended at E, a
+// whole second, its opener opened it once its own clock reached E (a
+// window opens only when the previous one has ended) and before this
+// read was served; when that read was served before E plus a second (less
+// roundingSkew), the opener's now o lay in [E, E+1s), so now plus the
+// window ends at E+W rounded down and E+W+1s rounded up: an end of E+W
+// shows RoundDown, E+W+1s RoundUp, anything else nothing. Windows of a
+// given exact end (EndSuffix) and windows not of whole seconds are left
+// out, and so are windows a Deciding Memcached opened: the read finds the
+// opening lock it took (OpeningSuffix and E). In milliseconds (Millis): an
+// open window whose reset value, read
+// as Unix seconds, would end within a window (and a second) of now shows
+// that the old code writes seconds.
+func (m *Memcached) observe(key string, s stored, nowMs int64, start time.Time) {
+	if !m.deciding || s.counter == nil || !s.hasReset {
+		return
+	}
+	// When the read was served, at the latest, on the request's clock.
+	served := nowMs + time.Since(start).Milliseconds() + 1
+	w := m.window.Milliseconds()
+	if m.resetMillis {
+		switch v := s.endMs; {
+		case v*1000 > nowMs && v*1000 <= served+w+1000+roundingSkew.Milliseconds():
+			m.stats.roundingChecked.Add(1)
+			m.mismatch(key, "Unix seconds", 0, v)
+		case v > nowMs && v <= served+w+roundingSkew.Milliseconds():
+			m.stats.roundingChecked.Add(1)
+		}
+		return
+	}
+	prev, seen := m.ends.swap(key, s.endMs)
+	if !seen || prev == s.endMs || s.exact || prev%1000 != 0 || w%1000 != 0 || s.newOpener == prev ||
+		served+roundingSkew.Milliseconds() >= prev+1000 {
+		return
+	}
+	var shown ResetRounding
+	switch s.endMs - prev - w {
+	case 0:
+		shown = RoundDown
+	case 1000:
+		shown = RoundUp
+	default:
+		return
+	}
+	m.stats.roundingChecked.Add(1)
+	if shown != m.rounding {
+		m.mismatch(key, shown.String(), prev, s.endMs)
+	}
+}
+
+// mismatch counts a window whose end shows another rounding than the one
+// configured, and logs the first one.
+func (m *Memcached) mismatch(key, shown string, prevMs, endMs int64) {
+	m.stats.roundingMismatched.Add(1)
+	if !m.roundingWarned.CompareAndSwap(false, true) {
+		return
+	}
+	m.log.Load().Warn("throttlekit: legacy: a window in the legacy keys ends as another rounding than WithResetRounding's computes it: windows the old code opens and windows the new code opens end at different moments; give WithResetRounding the old code's rounding (Stats.RoundingMismatched counts the windows seen)",
+		slog.String("backend", m.name), slog.String("configured", m.rounding.String()), slog.String("seen", shown),
+		slog.String("key", key), slog.Int64("previous_end", prevMs), slog.Int64("end", endMs), slog.Duration("window", m.window))
 }
