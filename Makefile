@@ -4,7 +4,7 @@ export PATH := $(PATH):/usr/local/go/bin
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 10s
 
-.PHONY: test test-short test-unleash lint vet fuzz demo demo-embedded servers unleash bench bench-peers
+.PHONY: test test-short test-unleash lint vet apicheck fuzz demo demo-embedded servers unleash bench bench-peers
 
 # Integration modules: each has its own go.mod (so that a program importing only the core never
 # inherits gRPC, OpenTelemetry or Prometheus in its module graph) and replaces the core with the
@@ -37,6 +37,11 @@ lint: vet
 	$(GO) mod tidy -diff
 	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) run $(STATICCHECK) ./... && $(GO) mod tidy -diff); done
 	cd bench && $(GO) vet ./... && $(GO) mod tidy -diff
+	./scripts/apicheck.sh
+
+## apicheck: every module's exported API against the last release's (CHANGELOG.md): an incompatible change must be announced there
+apicheck:
+	./scripts/apicheck.sh
 
 ## vet: gofmt check and go vet
 vet:

@@ -9,8 +9,8 @@ require (
 	github.com/prometheus/client_golang v1.23.2
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/stretchr/testify v1.12.1
-	github.com/throttlekit/throttlekit v0.0.0-00010101000000-000000000000
-	github.com/throttlekit/throttlekit/observe/prometheus v0.0.0-00010101000000-000000000000
+	github.com/throttlekit/throttlekit v0.1.0
+	github.com/throttlekit/throttlekit/observe/prometheus v0.1.0
 	go.yaml.in/yaml/v3 v3.0.5
 	google.golang.org/grpc v1.80.0
 	google.golang.org/protobuf v1.36.12

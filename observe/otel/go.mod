@@ -2,7 +2,7 @@ module github.com/throttlekit/throttlekit/observe/otel
 
 go 1.24.0
 
-require github.com/throttlekit/throttlekit v0.0.0-00010101000000-000000000000
+require github.com/throttlekit/throttlekit v0.1.0
 
 require (
 	github.com/stretchr/testify v1.12.1
