@@ -81,7 +81,7 @@ unleash:
 bench-peers: servers
 	cd bench && $(GO) run . -o BENCHMARKS.md
 
-## bench-rls: throttlekit-rls against envoy ratelimit (built from its module at run time) on one Redis; writes bench/RLS.md with every goal and its figure (about 4 minutes; BENCH_QUICK=1 for a 30 s smoke run)
+## bench-rls: throttlekit-rls against envoy ratelimit (built from its module at run time) on one Redis; writes bench/RLS.md with every goal and its figure (about 6 minutes on a quiet machine, longer while neighbours hold the CPUs; BENCH_QUICK=1 for a 30 s smoke run)
 .PHONY: bench-rls
 bench-rls: servers
 	cd bench && $(GO) run ./cmd/rls-peers -o RLS.md
