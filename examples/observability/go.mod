@@ -3,8 +3,8 @@ module github.com/throttlekit/throttlekit/examples/observability
 go 1.24.0
 
 require (
-	github.com/throttlekit/throttlekit v0.0.0-00010101000000-000000000000
-	github.com/throttlekit/throttlekit/observe/prometheus v0.0.0-00010101000000-000000000000
+	github.com/throttlekit/throttlekit v0.1.0
+	github.com/throttlekit/throttlekit/observe/prometheus v0.1.0
 )
 
 require github.com/prometheus/client_golang v1.23.2
