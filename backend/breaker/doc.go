@@ -45,8 +45,8 @@
 //     the go-redis client: per node of a Cluster, per group of a sharded
 //     layout, one for a standalone server.
 //   - [Wrap] puts one breaker in front of any driver.Backend, for a backend
-//     that does not break per server itself (memcached, a backend of your
-//     own). Every call of the wrapped backend, its optional capabilities
+//     that does not break per server itself (a backend of your own; the
+//     memcached backend, like Redis's, breaks per server). Every call of the wrapped backend, its optional capabilities
 //     included (peeks, refunds, takes, resets, leases, pings and the states
 //     a rollout gives it through driver.Seeder), goes through the breaker;
 //     a capability the wrapped backend lacks gives errors.ErrUnsupported.

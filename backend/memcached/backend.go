@@ -3,10 +3,13 @@ package memcachedbackend
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/throttlekit/throttlekit/backend/breaker"
 	"github.com/throttlekit/throttlekit/throttler"
 	"github.com/throttlekit/throttlekit/throttler/driver"
 )
@@ -55,7 +58,27 @@ type Backend struct {
 	stats struct {
 		roundTrips, casConflicts, retriesExhausted, rollbackFailures, windowsLost, openingsRetracted atomic.Uint64
 	}
+
+	cfg serverConfig
+	// selector places keys on servers (NewClient's, or WithSelector's);
+	// nil when the client's placement is unknown, and then whole is the
+	// one server every call goes through: the client as given.
+	selector *RendezvousSelector
+	whole    *server
+	// servers holds a *server per address, made on first use (serversMu
+	// serializes the making).
+	servers   sync.Map
+	serversMu sync.Mutex
+	// breakers holds the servers' circuit breakers, nil without.
+	breakers *breaker.Set
+	// turns queues this backend's compare-and-swap writers per identifier
+	// (see turns.go).
+	turns turns
+
 	hooks testHooks
+	// turnsOff makes calls write without waiting for their turn, for tests
+	// that measure what the turns change.
+	turnsOff bool
 }
 
 // testHooks let tests interleave a second client between two round trips
@@ -116,12 +139,15 @@ func WithCASRetries(n int) Option {
 }
 
 // New returns a Backend over client. Build the client with NewClient, or
-// with memcache.NewFromSelector over a RendezvousSelector and a Timeout set:
-// gomemcache takes no context, so the client's Timeout is what bounds each
-// round trip (see the package documentation). The error wraps
-// driver.ErrInvalidOption.
+// with memcache.NewFromSelector over a RendezvousSelector and a Timeout set
+// (and give the selector with WithSelector): gomemcache takes no context,
+// so the client's Timeout is what bounds each round trip, and the backend
+// must know which server holds a key to give each server a circuit breaker
+// and a connection pool of its own (see Timeouts and contexts, and Servers,
+// in the package documentation). The error wraps driver.ErrInvalidOption.
 func New(client *memcache.Client, opts ...Option) (*Backend, error) {
-	b := &Backend{client: client, prefix: DefaultPrefix, casRetries: DefaultCASRetries, wall: time.Now}
+	b := &Backend{client: client, prefix: DefaultPrefix, casRetries: DefaultCASRetries, wall: time.Now,
+		cfg: serverConfig{breaker: true}}
 	for _, opt := range opts {
 		if opt == nil {
 			return nil, driver.Errorf("%w: memcached: nil Option", driver.ErrInvalidOption)
@@ -141,6 +167,9 @@ func New(client *memcache.Client, opts ...Option) (*Backend, error) {
 		return nil, driver.Errorf("%w: negative CAS retries %d", driver.ErrInvalidOption, b.casRetries)
 	}
 	b.prefix = driver.EscapeKey(b.prefix)
+	if err := b.setUpServers(); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
@@ -160,6 +189,7 @@ func NewClient(timeout time.Duration, servers ...string) (*memcache.Client, erro
 	}
 	c.Timeout = timeout
 	c.MaxIdleConns = DefaultMaxIdleConns
+	registerSelector(c, sel)
 	return c, nil
 }
 
@@ -256,10 +286,18 @@ func (b *Backend) Decide(ctx context.Context, req driver.Request) (driver.Outcom
 	if req.Cost == 0 {
 		return b.Peek(ctx, req)
 	}
+	return b.decide(ctx, req, false)
+}
+
+// decide is Decide for a caller that holds the identifier's turn already
+// (held), or not.
+func (b *Backend) decide(ctx context.Context, req driver.Request, held bool) (driver.Outcome, error) {
 	c, err := b.newCall(ctx, req)
 	if err != nil {
 		return driver.Outcome{}, err
 	}
+	c.holdsTurn, c.borrowed = held, held
+	defer c.endTurn()
 	return c.decide()
 }
 
@@ -291,6 +329,12 @@ func (b *Backend) Refund(ctx context.Context, req driver.Request) (driver.Outcom
 	c, err := b.newCall(ctx, req)
 	if err != nil {
 		return driver.Outcome{}, err
+	}
+	if c.needsTurn() {
+		if err := c.takeTurn(); err != nil {
+			return driver.Outcome{}, err
+		}
+		defer c.endTurn()
 	}
 	if err := c.snapshot(); err != nil {
 		return driver.Outcome{}, err
@@ -363,7 +407,7 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 	var items map[string]*memcache.Item
 	if len(windowKeys) > 0 {
 		err := c.roundTrip(func() (err error) {
-			items, err = b.client.GetMulti(windowKeys)
+			items, err = c.mc.GetMulti(windowKeys)
 			return err
 		})
 		if err != nil {
@@ -387,7 +431,7 @@ func (b *Backend) Reset(ctx context.Context, p *driver.Policy, identifier string
 		}
 	}
 	for _, key := range doomed {
-		err := c.roundTrip(func() error { return b.client.Delete(key) })
+		err := c.roundTrip(func() error { return c.mc.Delete(key) })
 		if err != nil && !errors.Is(err, memcache.ErrCacheMiss) {
 			return driver.Errorf("throttlekit: memcached: delete: %w", err)
 		}

@@ -16,16 +16,17 @@ import (
 	"github.com/throttlekit/throttlekit/throttler"
 )
 
-// memcached behind breaker.Wrap: with the server stopped, the open breaker
-// answers by the failure mode without a round trip, and the first probe
-// after the restart closes it. The figures are logged, not asserted.
+// memcached behind breaker.Wrap, its own breakers off: with the server
+// stopped, the open breaker answers by the failure mode without a round
+// trip, and the first probe after the restart closes it. The figures are
+// logged, not asserted.
 func TestBreakerOverStoppedServer(t *testing.T) {
 	ctx := context.Background()
 	srv := localserverT(t)
 	client, err := NewClient(100*time.Millisecond, srv.Addr())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = client.Close() })
-	mc, err := New(client, WithPrefix(freshPrefix()))
+	mc, err := New(client, WithPrefix(freshPrefix()), WithoutBreaker())
 	require.NoError(t, err)
 	logs, logger := testkit.NewLogs()
 	b, err := breaker.Wrap(mc, "memcached "+srv.Addr(), breaker.WithLogger(logger), breaker.WithOpenFor(200*time.Millisecond))

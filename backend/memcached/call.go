@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -28,6 +29,13 @@ type call struct {
 	limits []limitCall
 	// undo lists the units this call took, in order, for a rollback.
 	undo []undoStep
+	// srv is the server that holds every key of the call, and mc its
+	// client.
+	srv *server
+	mc  *memcache.Client
+	// holdsTurn is set while the call holds its identifier's turn (see
+	// turns.go); borrowed marks a turn its caller holds and will end.
+	holdsTurn, borrowed bool
 }
 
 // limitCall is what a call knows of one limit.
@@ -84,6 +92,11 @@ func (b *Backend) newCall(ctx context.Context, req driver.Request) (*call, error
 		nowMs: req.Now.UnixMilli(), nowUs: req.Now.UnixMicro(),
 		limits: make([]limitCall, len(req.Policy.Limits)),
 	}
+	srv, err := b.serverOf(c.keys.route)
+	if err != nil {
+		return nil, err
+	}
+	c.srv, c.mc = srv, srv.client
 	for i := range c.limits {
 		l := req.Policy.Limits[i]
 		c.limits[i] = limitCall{limit: l, cas: l.Algorithm == driver.GCRA || l.Algorithm == driver.SlidingWindow}
@@ -91,17 +104,19 @@ func (b *Backend) newCall(ctx context.Context, req driver.Request) (*call, error
 	return c, nil
 }
 
-// roundTrip runs one gomemcache call, which the client's Timeout bounds,
-// unless the call's context is already done: gomemcache cannot be
-// interrupted, so the context is honoured between round trips.
+// roundTrip runs one gomemcache call on the call's server, which the
+// client's Timeout bounds, unless the call's context is already done:
+// gomemcache cannot be interrupted, so the context is honoured between
+// round trips. The server's breaker, when open, answers at once with an
+// error wrapping breaker.ErrOpen.
 func (c *call) roundTrip(f func() error) error {
 	if err := c.ctx.Err(); err != nil {
 		return err
 	}
-	c.b.stats.roundTrips.Add(1)
-	err := f()
-	c.b.afterRoundTrip(err)
-	return err
+	return c.srv.do(func() error {
+		c.b.stats.roundTrips.Add(1)
+		return f()
+	})
 }
 
 // snapshot reads every window and GCRA item of the policy in one round
@@ -117,7 +132,7 @@ func (c *call) snapshot() error {
 	}
 	var items map[string]*memcache.Item
 	err := c.roundTrip(func() (err error) {
-		items, err = c.b.client.GetMulti(keys)
+		items, err = c.mc.GetMulti(keys)
 		return err
 	})
 	if err != nil {
@@ -194,7 +209,7 @@ func (c *call) readCounters() error {
 	}
 	var items map[string]*memcache.Item
 	err := c.roundTrip(func() (err error) {
-		items, err = c.b.client.GetMulti(keys)
+		items, err = c.mc.GetMulti(keys)
 		return err
 	})
 	if err != nil {
@@ -291,6 +306,14 @@ func (c *call) forwarded(key string) bool {
 	return ok
 }
 
+// forget drops what the call read, before it reads again. It has written
+// nothing yet.
+func (c *call) forget() {
+	for i := range c.limits {
+		c.limits[i] = limitCall{limit: c.limits[i].limit, cas: c.limits[i].cas}
+	}
+}
+
 // states returns the best-known state of every limit.
 func (c *call) states() []driver.State {
 	s := make([]driver.State, len(c.limits))
@@ -300,30 +323,53 @@ func (c *call) states() []driver.State {
 	return s
 }
 
-// decide runs Decide's steps; see the package documentation.
+// decide runs Decide's steps; see the package documentation. A call that
+// writes by compare-and-swap takes its identifier's turn first (see
+// turns.go), once its snapshot says it may write: a denial on the snapshot
+// waits for nobody. When a turn of the identifier ended between the
+// snapshot and the call's turn, a writer of this process may have changed
+// what it read, and it reads again under the turn.
 func (c *call) decide() (driver.Outcome, error) {
-	if err := c.snapshot(); err != nil {
-		return driver.Outcome{}, err
-	}
-	// Writes start only when the snapshot leaves a chance: a request that
-	// would open a window must not open it if another limit denies (SPEC:
-	// a denied request opens nothing), and a GCRA limit that already
-	// denies makes every write pointless.
-	mustCheck := false
-	for i := range c.limits {
-		l := &c.limits[i]
-		if !l.cas && !l.open || l.cas && !c.casAllows(i, l.state) || c.req.Cost > l.limit.Capacity {
-			mustCheck = true
+	var ended *atomic.Uint64
+	var seen uint64
+	for {
+		if c.needsTurn() {
+			ended = c.b.turns.endedTurns(c.keys.route)
+			seen = ended.Load()
 		}
-	}
-	if mustCheck {
-		if err := c.readCounters(); err != nil {
+		if err := c.snapshot(); err != nil {
 			return driver.Outcome{}, err
 		}
-		states := c.states()
-		if !driver.Decide(c.policy, c.req.Now, c.req.Cost, append([]driver.State(nil), states...)) {
-			return driver.Outcome{Allowed: false, States: states}, nil
+		// Writes start only when the snapshot leaves a chance: a request
+		// that would open a window must not open it if another limit
+		// denies (SPEC: a denied request opens nothing), and a GCRA limit
+		// that already denies makes every write pointless.
+		mustCheck := false
+		for i := range c.limits {
+			l := &c.limits[i]
+			if !l.cas && !l.open || l.cas && !c.casAllows(i, l.state) || c.req.Cost > l.limit.Capacity {
+				mustCheck = true
+			}
 		}
+		if mustCheck {
+			if err := c.readCounters(); err != nil {
+				return driver.Outcome{}, err
+			}
+			states := c.states()
+			if !driver.Decide(c.policy, c.req.Now, c.req.Cost, append([]driver.State(nil), states...)) {
+				return driver.Outcome{Allowed: false, States: states}, nil
+			}
+		}
+		if !c.needsTurn() {
+			break
+		}
+		if err := c.takeTurn(); err != nil {
+			return driver.Outcome{}, err
+		}
+		if ended.Load() == seen {
+			break
+		}
+		c.forget() // and read again, holding the turn: needsTurn is false now
 	}
 	// Units are taken in three ranks, each in policy order (see
 	// "Concurrency"): fixed windows that did not start at now, then GCRA
@@ -385,9 +431,9 @@ func (c *call) incrDecr(verb, key string, n int64) (int64, error) {
 	var v uint64
 	err := c.roundTrip(func() (err error) {
 		if verb == "incr" {
-			v, err = c.b.client.Increment(key, uint64(n))
+			v, err = c.mc.Increment(key, uint64(n))
 		} else {
-			v, err = c.b.client.Decrement(key, uint64(n))
+			v, err = c.mc.Decrement(key, uint64(n))
 		}
 		return err
 	})
@@ -407,7 +453,7 @@ func (c *call) incrDecr(verb, key string, n int64) (int64, error) {
 func (c *call) get(key string) (*memcache.Item, error) {
 	var it *memcache.Item
 	err := c.roundTrip(func() (err error) {
-		it, err = c.b.client.Get(key)
+		it, err = c.mc.Get(key)
 		return err
 	})
 	if errors.Is(err, memcache.ErrCacheMiss) {
@@ -459,7 +505,8 @@ func clip(v []byte) string {
 // Ping checks that every server answers a version request, each within the
 // client's Timeout. It asks them one after another, stops at the first that
 // fails, and checks ctx only before the first: a hung server costs one
-// client Timeout, past ctx if need be.
+// client Timeout, past ctx if need be. A server whose breaker is open fails
+// at once with an error wrapping breaker.ErrOpen.
 func (b *Backend) Ping(ctx context.Context) error {
 	if err := b.ready(); err != nil {
 		return err
@@ -467,9 +514,13 @@ func (b *Backend) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	b.stats.roundTrips.Add(1)
-	if err := b.client.Ping(); err != nil {
-		b.afterRoundTrip(err)
+	err := b.each(func(s *server) error {
+		return s.do(func() error {
+			b.stats.roundTrips.Add(1)
+			return s.client.Ping()
+		})
+	})
+	if err != nil {
 		return driver.Errorf("throttlekit: memcached: ping: %w", err)
 	}
 	return nil

@@ -112,10 +112,10 @@ func (c *call) writeCAS(i int, s driver.State) error {
 	item := &memcache.Item{Key: c.keys.cas(i), Value: value, Expiration: expiration(live, 0, c.b.wall)}
 	err := c.roundTrip(func() error {
 		if l.item == nil {
-			return c.b.client.Add(item)
+			return c.mc.Add(item)
 		}
 		item.CasID = l.item.CasID
-		return c.b.client.CompareAndSwap(item)
+		return c.mc.CompareAndSwap(item)
 	})
 	if err != nil {
 		return driver.Errorf("throttlekit: memcached: write %s state: %w", l.limit.Algorithm, err)

@@ -16,8 +16,9 @@ type harness struct {
 	addrs  []string
 	prefix string
 
-	mu      sync.Mutex
-	clients []*memcache.Client
+	mu       sync.Mutex
+	clients  []*memcache.Client
+	backends []*Backend
 }
 
 var _ conformance.Limitations = (*harness)(nil)
@@ -27,10 +28,15 @@ func (h *harness) MakeBackend(context.Context) (driver.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	b, err := New(client, WithPrefix(h.prefix))
+	if err != nil {
+		return nil, err
+	}
 	h.mu.Lock()
 	h.clients = append(h.clients, client)
+	h.backends = append(h.backends, b)
 	h.mu.Unlock()
-	return New(client, WithPrefix(h.prefix))
+	return b, nil
 }
 
 func (h *harness) Close() {
@@ -38,6 +44,9 @@ func (h *harness) Close() {
 	defer h.mu.Unlock()
 	for _, c := range h.clients {
 		_ = c.Close()
+	}
+	for _, b := range h.backends {
+		b.CloseIdleConnections()
 	}
 }
 

@@ -54,7 +54,10 @@ func ExampleRendezvousSelector() {
 	}
 	client := memcache.NewFromSelector(selector)
 	client.Timeout = 100 * time.Millisecond
-	backend, err := memcachedbackend.New(client)
+	client.MaxIdleConns = memcachedbackend.DefaultMaxIdleConns
+	// WithSelector tells the backend which server holds a key, so that
+	// each server has a circuit breaker of its own.
+	backend, err := memcachedbackend.New(client, memcachedbackend.WithSelector(selector))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -82,7 +82,7 @@ func newTestBackend(tb testing.TB, addrs []string, opts ...Option) (*Backend, *m
 	require.NoError(tb, err)
 	b, err := New(client, append([]Option{WithPrefix(freshPrefix())}, opts...)...)
 	require.NoError(tb, err)
-	tb.Cleanup(func() { _ = client.Close() })
+	tb.Cleanup(func() { _ = client.Close(); b.CloseIdleConnections() })
 	return b, client
 }
 

@@ -9,8 +9,7 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 )
 
-// This file holds the hygiene of the client's connection pool around
-// outages.
+// This file holds the hygiene of the connection pools around outages.
 //
 // gomemcache hands out its idle connections without checking them, and an
 // outage can kill every one of them without the client noticing: after a
@@ -18,13 +17,15 @@ import (
 // out a whole Timeout. Left alone, the dead connections would fail one call
 // each after the server is back, which behind a circuit breaker means one
 // failed probe, and another open period, each. So the first call that
-// fails on a dead or silent connection closes every idle connection, and
-// later calls dial fresh ones; the circuit breaker of breaker.Wrap does the
-// same when it opens and before its probe (CloseIdleConnections).
+// fails on a dead or silent connection closes every idle connection to
+// that server (each server has a client, hence a pool, of its own: see
+// servers.go), and later calls dial fresh ones; the server's breaker does
+// the same when it opens and before its probe, and so does breaker.Wrap's
+// (CloseIdleConnections).
 
-// CloseIdleConnections closes the client's idle connections to every
-// server; calls in flight keep theirs, and later calls dial new ones. It
-// implements breaker.IdleCloser.
+// CloseIdleConnections closes the idle connections to every server, those
+// of the client given to New included; calls in flight keep theirs, and
+// later calls dial new ones. It implements breaker.IdleCloser.
 func (b *Backend) CloseIdleConnections() {
 	if b == nil || b.client == nil {
 		return
@@ -32,15 +33,10 @@ func (b *Backend) CloseIdleConnections() {
 	// gomemcache's Close closes the idle connections alone and leaves the
 	// client usable: a later call dials anew.
 	_ = b.client.Close()
-}
-
-// afterRoundTrip closes the idle connections when err says the connection
-// of a round trip was dead or the server silent: its siblings idle in the
-// pool most likely are too.
-func (b *Backend) afterRoundTrip(err error) {
-	if connectionLost(err) {
-		b.CloseIdleConnections()
-	}
+	b.servers.Range(func(_, s any) bool {
+		s.(*server).closeIdle()
+		return true
+	})
 }
 
 // connectionLost reports an error of the connection or the network, as

@@ -209,26 +209,26 @@ func recoveryMedian(ds []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
-// memcachedSides returns a throttler behind breaker.Wrap and one without
-// over clients of addr (100 ms timeouts), on keys of their own.
+// memcachedSides returns a throttler with the servers' breakers (the
+// default) and one without, over clients of addr (100 ms timeouts), on
+// keys of their own.
 func memcachedSides(t *testing.T, addr string) []*recoverySide {
-	newBackend := func() *Backend {
+	newBackend := func(opts ...Option) *Backend {
 		client, err := NewClient(100*time.Millisecond, addr)
 		require.NoError(t, err)
-		t.Cleanup(func() { _ = client.Close() })
-		b, err := New(client, WithPrefix(freshPrefix()))
+		b, err := New(client, append([]Option{WithPrefix(freshPrefix())}, opts...)...)
 		require.NoError(t, err)
+		t.Cleanup(b.CloseIdleConnections)
 		return b
 	}
-	on, err := breaker.Wrap(newBackend(), "memcached "+addr, breaker.WithLogger(nil))
-	require.NoError(t, err)
+	on := newBackend()
 	return []*recoverySide{
 		{name: "breaker on", th: testkit.Throttler(t, on, throttler.WithLogger(nil)), breakers: on.Breakers},
-		{name: "breaker off", th: testkit.Throttler(t, newBackend(), throttler.WithLogger(nil))},
+		{name: "breaker off", th: testkit.Throttler(t, newBackend(WithoutBreaker()), throttler.WithLogger(nil))},
 	}
 }
 
-// memcached behind breaker.Wrap and without: every fault, recoveryLoops
+// memcached with its breakers and without: every fault, recoveryLoops
 // times each. A restart empties memcached, so there only the upper bound
 // of the counts is checked.
 func TestRecoveryAfterOutages(t *testing.T) {

@@ -167,7 +167,7 @@ func (c *call) retract(u undoStep) error {
 		}
 		it.Value = []byte(strconv.FormatInt(retractedValue, 10))
 		it.Expiration = expiration(live, 1, c.b.wall)
-		err = c.roundTrip(func() error { return c.b.client.CompareAndSwap(it) })
+		err = c.roundTrip(func() error { return c.mc.CompareAndSwap(it) })
 		if err == nil {
 			c.b.stats.openingsRetracted.Add(1)
 			c.limits[u.limit].retracted = true

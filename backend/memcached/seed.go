@@ -34,6 +34,12 @@ func (b *Backend) Seed(ctx context.Context, req driver.Request, given []driver.S
 	if err != nil {
 		return driver.Outcome{}, err
 	}
+	if c.needsTurn() {
+		if err := c.takeTurn(); err != nil {
+			return driver.Outcome{}, err
+		}
+		defer c.endTurn()
+	}
 	if err := c.snapshot(); err != nil {
 		return driver.Outcome{}, err
 	}
@@ -59,7 +65,7 @@ func (b *Backend) Seed(ctx context.Context, req driver.Request, given []driver.S
 		allowed := driver.Decide(c.policy, req.Now, 0, append([]driver.State(nil), after...))
 		return driver.Outcome{Allowed: allowed, States: after, Prior: prior}, nil
 	}
-	out, err := b.Decide(ctx, req)
+	out, err := b.decide(ctx, req, c.holdsTurn)
 	if err != nil {
 		return driver.Outcome{}, err
 	}
@@ -208,10 +214,10 @@ func (c *call) openSeeded(i int, next driver.State) (done bool, err error) {
 	item := &memcache.Item{Key: c.keys.window(i), Value: w.encode(), Expiration: expiration(live, 0, c.b.wall)}
 	err = c.roundTrip(func() error {
 		if l.item == nil {
-			return c.b.client.Add(item)
+			return c.mc.Add(item)
 		}
 		item.CasID = l.item.CasID
-		return c.b.client.CompareAndSwap(item)
+		return c.mc.CompareAndSwap(item)
 	})
 	switch {
 	case err == nil:
@@ -219,7 +225,7 @@ func (c *call) openSeeded(i int, next driver.State) (done bool, err error) {
 		l.state, l.known = next, true
 		return true, nil
 	case lostRace(err):
-		_ = c.roundTrip(func() error { return c.b.client.Delete(counter) })
+		_ = c.roundTrip(func() error { return c.mc.Delete(counter) })
 		return false, nil
 	}
 	// The item may have been stored: then it names the counter, which
@@ -253,7 +259,7 @@ func (c *call) replaceWindow(i int, stored, next driver.State) (done bool, err e
 	// The marker lasts as long as either window: whoever still reads the
 	// old one must find the way to the new one.
 	old.Expiration = expiration(time.Duration(max(stored.End, w.end)-c.nowMs)*time.Millisecond, 1, c.b.wall)
-	err = c.roundTrip(func() error { return c.b.client.CompareAndSwap(&old) })
+	err = c.roundTrip(func() error { return c.mc.CompareAndSwap(&old) })
 	switch {
 	case err == nil:
 		if l.item != nil {
@@ -263,7 +269,7 @@ func (c *call) replaceWindow(i int, stored, next driver.State) (done bool, err e
 		l.state, l.known = next, true
 		return true, nil
 	case lostRace(err):
-		_ = c.roundTrip(func() error { return c.b.client.Delete(counter) })
+		_ = c.roundTrip(func() error { return c.mc.Delete(counter) })
 		return false, nil
 	}
 	// The swap may have been applied: then the marker names the counter,
@@ -276,7 +282,7 @@ func (c *call) replaceWindow(i int, stored, next driver.State) (done bool, err e
 // with a live counter, for the caller to try again under another token.
 func (c *call) addCounter(key string, used int64, live time.Duration) (bool, error) {
 	err := c.roundTrip(func() error {
-		return c.b.client.Add(&memcache.Item{
+		return c.mc.Add(&memcache.Item{
 			Key:        key,
 			Value:      []byte(strconv.FormatInt(used, 10)),
 			Expiration: expiration(live, 1, c.b.wall),

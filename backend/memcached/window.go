@@ -145,7 +145,7 @@ func (c *call) follow(i int, key string, refusal error) (live bool, err error) {
 func (c *call) publishWindow(i int, item *memcache.Item, w window) {
 	live := time.Duration(w.end-c.nowMs) * time.Millisecond
 	next := &memcache.Item{Key: c.keys.window(i), Value: w.encode(), Expiration: expiration(live, 0, c.b.wall), CasID: item.CasID}
-	_ = c.roundTrip(func() error { return c.b.client.CompareAndSwap(next) })
+	_ = c.roundTrip(func() error { return c.mc.CompareAndSwap(next) })
 }
 
 // openWindow opens a fresh window for limit i with the request's units
@@ -162,7 +162,7 @@ func (c *call) openWindow(i int) (opened bool, err error) {
 	live := time.Duration(w.end-c.nowMs) * time.Millisecond
 	counter := c.keys.counter(i, w)
 	err = c.roundTrip(func() error {
-		return c.b.client.Add(&memcache.Item{
+		return c.mc.Add(&memcache.Item{
 			Key:        counter,
 			Value:      []byte(strconv.FormatInt(n, 10)),
 			Expiration: expiration(live, 1, c.b.wall), // outlives the window item
@@ -181,10 +181,10 @@ func (c *call) openWindow(i int) (opened bool, err error) {
 	item := &memcache.Item{Key: c.keys.window(i), Value: w.encode(), Expiration: expiration(live, 0, c.b.wall)}
 	err = c.roundTrip(func() error {
 		if l.item == nil {
-			return c.b.client.Add(item)
+			return c.mc.Add(item)
 		}
 		item.CasID = l.item.CasID
-		return c.b.client.CompareAndSwap(item)
+		return c.mc.CompareAndSwap(item)
 	})
 	opening := undoStep{limit: i, counter: counter, units: n, opened: true, end: w.end}
 	if err == nil {
@@ -203,7 +203,7 @@ func (c *call) openWindow(i int) (opened bool, err error) {
 		return false, driver.Errorf("throttlekit: memcached: publish window: %w", err)
 	}
 	// The server refused the item, so nothing names this counter.
-	_ = c.roundTrip(func() error { return c.b.client.Delete(counter) })
+	_ = c.roundTrip(func() error { return c.mc.Delete(counter) })
 	c.b.stats.casConflicts.Add(1)
 	it, err := c.get(c.keys.window(i))
 	if err != nil {
