@@ -72,8 +72,17 @@ type Server struct {
 
 // snapshot is one configuration with the policies built from it.
 type snapshot struct {
-	cfg      *config.Config
-	policies map[*config.Rule]*throttler.Policy
+	cfg   *config.Config
+	rules map[*config.Rule]*compiled
+}
+
+// compiled is what a rule needs on every request, built once per
+// configuration: its policy, the limit its statuses report, and the window
+// of a rule that blocks everything.
+type compiled struct {
+	policy *throttler.Policy
+	limit  *rlsv3.RateLimitResponse_RateLimit
+	unit   time.Duration
 }
 
 // FailureMode says what the service answers when the store cannot decide.
@@ -322,8 +331,18 @@ func (s *Server) SetConfig(cfg *config.Config) error {
 	if cfg == nil {
 		return fmt.Errorf("%w: nil configuration", ErrInvalidOption)
 	}
-	snap := &snapshot{cfg: cfg, policies: map[*config.Rule]*throttler.Policy{}}
+	snap := &snapshot{cfg: cfg, rules: map[*config.Rule]*compiled{}}
 	for _, r := range cfg.Rules() {
+		c := &compiled{unit: unitDuration(r.Unit)}
+		snap.rules[r] = c
+		if !r.Unlimited {
+			// Shared by every response of the rule: statuses only read it.
+			c.limit = &rlsv3.RateLimitResponse_RateLimit{
+				Name:            r.Name,
+				RequestsPerUnit: r.RequestsPerUnit,
+				Unit:            unitOf(c.unit),
+			}
+		}
 		if r.Limits == nil {
 			continue
 		}
@@ -342,7 +361,7 @@ func (s *Server) SetConfig(cfg *config.Config) error {
 		if err != nil {
 			return fmt.Errorf("%w: rule %s: %w", ErrInvalidOption, r.FullKey, err)
 		}
-		snap.policies[r] = p
+		c.policy = p
 	}
 	s.state.Store(snap)
 	if s.metrics != nil {
@@ -369,6 +388,7 @@ type item struct {
 	shadow   bool
 	quota    bool
 	override *rlsv3.RateLimitResponse_RateLimit // the descriptor's own limit
+	limit    *rlsv3.RateLimitResponse_RateLimit // the rule's, shared
 	blocks   bool
 	unit     time.Duration // the unit of a blocking rule
 
@@ -516,12 +536,17 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		it.shadow = r.ShadowMode
 		it.quota = r.QuotaMode
 		it.id = it.match.CacheKey
+		c := snap.rules[r]
+		if c == nil {
+			return nil, fmt.Errorf("throttlekit/rls: rule %s is not in the configuration it was looked up in", r.FullKey)
+		}
+		it.limit = c.limit
 		if r.Blocks {
 			it.blocks = true
-			it.unit = unitDuration(r.Unit)
+			it.unit = c.unit
 			continue
 		}
-		it.policy = snap.policies[r]
+		it.policy = c.policy
 	}
 	// A rule another matched rule replaces is not applied at all.
 	if replaced != nil {
@@ -861,15 +886,7 @@ func (it *item) currentLimit() *rlsv3.RateLimitResponse_RateLimit {
 	if it.override != nil {
 		return it.override
 	}
-	if it.rule == nil {
-		return nil
-	}
-	v, _ := rlsv3.RateLimitResponse_RateLimit_Unit_value[upper(it.rule.Unit)]
-	return &rlsv3.RateLimitResponse_RateLimit{
-		Name:            it.rule.Name,
-		RequestsPerUnit: it.rule.RequestsPerUnit,
-		Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(v),
-	}
+	return it.limit
 }
 
 // currentName names the binding limit of a rule of several windows.
